@@ -1,0 +1,3 @@
+from loadgate.cli import main
+
+raise SystemExit(main())
