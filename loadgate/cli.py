@@ -1,0 +1,83 @@
+"""Command line: click commands only. Logic lives in the modules; errors map to exit codes here."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+import orjson
+
+from loadgate import __version__
+from loadgate.errors import EXIT_CODES, LoadgateError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
+@click.version_option(__version__, prog_name="loadgate")
+def cli() -> None:
+    """Load-test an LLM serving engine, and refuse to report its speed until its output is proven."""
+
+
+@cli.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+def validate(profile: str) -> None:
+    """Check PROFILE without running anything; exit 2 with a one-line error if it is invalid."""
+    from loadgate.profile import load_profile
+
+    p = load_profile(profile)
+    click.echo(f"{profile}: valid profile {p.name!r}")
+
+
+@cli.command()
+def schema() -> None:
+    """Print the profile's JSON Schema (for editor completion)."""
+    from loadgate.profile import profile_json_schema
+
+    click.echo(orjson.dumps(profile_json_schema(), option=orjson.OPT_INDENT_2).decode())
+
+
+@cli.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@click.option("--quiet", "-q", is_flag=True, help="no progress bar")
+def run(profile: str, quiet: bool) -> None:
+    """Run PROFILE: start or reach the engine, send the load, write results/<run-id>/, print a table."""
+    from loadgate.profile import load_profile
+    from loadgate.runner import run_profile
+
+    code = run_profile(load_profile(profile), progress=not quiet)
+    if code:
+        sys.exit(code)
+
+
+def _add_optional_commands() -> None:
+    from loadgate.sim.cli import sim
+
+    cli.add_command(sim)
+
+
+_add_optional_commands()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code instead of exiting (callable from tests)."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="loadgate",
+                 standalone_mode=False)
+    except LoadgateError as e:
+        click.echo(f"loadgate: {e.message}", err=True)
+        return e.exit_code
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return 2
+    except click.Abort:
+        click.echo("loadgate: aborted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("loadgate: interrupted", err=True)
+        return 130
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
+    return 0

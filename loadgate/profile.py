@@ -1,0 +1,147 @@
+"""The profile: one YAML file that names the target engine, the workload and the load.
+
+The frozen dataclasses below are the only definition of the profile format. `load_profile` turns a
+YAML file into a `Profile` with strict validation (see `loadgate.typed_yaml`): an unknown key, a
+wrong type, a value out of range or a missing required key raises `ProfileError` naming the file,
+the line, the key path and what was expected. `profile_json_schema` derives the JSON Schema from
+the same definitions. Cross-field rules live in each class's `check()` method, which returns a list
+of (key, reason) problems.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from loadgate.sim.config import SimConfig, knob
+
+API = Literal["openai-completions", "openai-chat", "sglang", "llamacpp"]
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A distribution of token lengths. `dist` picks the family; each family reads its own keys."""
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal", "empirical", "mixture"] = knob(
+        "fixed", "distribution family")
+    value: int | None = knob(None, "fixed: the length", min=1)
+    min: int | None = knob(None, "uniform: lowest length; normal/lognormal: clip below", min=1)
+    max: int | None = knob(None, "uniform: highest length; normal/lognormal: clip above", min=1)
+    mean: float | None = knob(None, "normal: mean; lognormal: mean of the length (not of its log)",
+                              exclusive_min=0.0)
+    std: float | None = knob(None, "normal/lognormal: standard deviation of the length", min=0.0)
+    file: str | None = knob(
+        None, "empirical: CSV of `length,weight` rows (a histogram) or `length,cdf` rows with "
+        "header `length,cdf`; relative to the profile")
+    components: tuple[MixtureComponent, ...] = knob((), "mixture: weighted components")
+
+    def check(self) -> list[tuple[str, str]]:
+        need = {
+            "fixed": ["value"], "uniform": ["min", "max"], "normal": ["mean", "std"],
+            "lognormal": ["mean", "std"], "empirical": ["file"], "mixture": ["components"],
+        }[self.dist]
+        problems = [(k, f"required when dist is {self.dist!r}") for k in need
+                    if getattr(self, k) in (None, ())]
+        if self.min is not None and self.max is not None and self.min > self.max:
+            problems.append(("max", f"must be >= min ({self.min}), got {self.max}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class MixtureComponent:
+    weight: float = knob(1.0, "relative weight of this component", exclusive_min=0.0)
+    dist: Distribution = field(default_factory=Distribution, metadata={"help": "the component"})
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    groups: int = knob(1, "number of distinct shared prefixes", min=1)
+    prefix_len: int = knob(256, "tokens in each shared prefix", min=1)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The engine under test."""
+
+    endpoint: str = knob("embedded", "'embedded' (in-process simulator) or the engine's base URL, "
+                         "e.g. http://127.0.0.1:8000")
+    api: API = knob("openai-completions", "HTTP API used for generation")
+    model: str | None = knob(None, "model name sent in requests; default: the first of /v1/models")
+    sim: SimConfig = field(default_factory=SimConfig,
+                           metadata={"help": "simulator settings (only with endpoint: embedded)"})
+    metrics_url: str | None = knob(None, "Prometheus /metrics URL; default: endpoint + /metrics")
+    timeout_s: float = knob(600.0, "per-request timeout, seconds", exclusive_min=0.0)
+    headers: dict[str, str] = field(default_factory=dict, metadata={"help": "extra HTTP headers"})
+
+    def check(self) -> list[tuple[str, str]]:
+        if self.endpoint != "embedded" and not self.endpoint.startswith(("http://", "https://")):
+            return [("endpoint", f"expected 'embedded' or an http:// or https:// URL, got {self.endpoint!r}")]
+        return []
+
+
+@dataclass(frozen=True)
+class Workload:
+    requests: int = knob(100, "measured requests (warmup comes on top)", min=1)
+    input_len: Distribution = field(default_factory=lambda: Distribution(dist="fixed", value=128),
+                                    metadata={"help": "prompt length in tokens"})
+    output_len: Distribution = field(default_factory=lambda: Distribution(dist="fixed", value=128),
+                                     metadata={"help": "output length in tokens (sent with ignore_eos)"})
+    trace: str | None = knob(None, "JSONL trace to replay instead of the distributions")
+    shared_prefix: SharedPrefix | None = knob(None, "give prompts a shared prefix, in groups")
+    token_mismatch_limit: float = knob(
+        0.0, "largest fraction of requests whose prompt or completion token count may differ "
+        "from the plan before the run is invalid", min=0.0, max=1.0)
+
+
+@dataclass(frozen=True)
+class Load:
+    concurrency: int | tuple[int, ...] | None = knob(
+        None, "closed loop: requests in flight (a list runs a sweep)", min=1)
+    rate: float | None = knob(None, "open loop: mean arrivals per second", exclusive_min=0.0)
+    arrival: Literal["poisson", "gamma", "constant"] = knob("poisson", "open loop arrival process")
+    burstiness: float = knob(1.0, "gamma shape factor: < 1 burstier than Poisson, > 1 smoother",
+                             exclusive_min=0.0)
+    max_in_flight: int | None = knob(None, "open loop: cap on requests in flight", min=1)
+    warmup_requests: int = knob(0, "requests sent first and excluded from every figure", min=0)
+    duration_s: float | None = knob(None, "stop starting requests after this many seconds",
+                                    exclusive_min=0.0)
+    stream: bool = knob(True, "stream responses (SSE)")
+
+    def check(self) -> list[tuple[str, str]]:
+        if (self.concurrency is None) == (self.rate is None):
+            return [("concurrency", "give exactly one of `concurrency` (closed loop) or `rate` (open loop)")]
+        if isinstance(self.concurrency, tuple) and not self.concurrency:
+            return [("concurrency", "a sweep needs at least one value")]
+        return []
+
+
+@dataclass(frozen=True)
+class Output:
+    dir: str = knob("results", "folder that receives results/<run-id>/")
+    run_id: str | None = knob(None, "run folder name; default: <profile name>-<UTC time>")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str = knob("run", "name used in run ids and reports")
+    seed: int = knob(0, "seed of the request plan", min=0)
+    target: Target = field(default_factory=Target, metadata={"help": "the engine under test"})
+    workload: Workload = field(default_factory=Workload, metadata={"help": "what to send"})
+    load: Load = field(default_factory=lambda: Load(concurrency=1),
+                       metadata={"help": "how to send it"})
+    output: Output = field(default_factory=Output, metadata={"help": "where results go"})
+    path: str = field(default="", metadata={"internal": True})
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile file; raises ProfileError with file, line, key and reason."""
+    from loadgate.typed_yaml import load_dataclass_file
+
+    return load_dataclass_file(Profile, Path(path))
+
+
+def profile_json_schema() -> dict[str, Any]:
+    from loadgate.typed_yaml import json_schema
+
+    return json_schema(Profile, title="loadgate profile")
