@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from loadgate.sim.config import SimConfig, knob
 
@@ -37,12 +38,17 @@ class Distribution:
     components: tuple[MixtureComponent, ...] = knob((), "mixture: weighted components")
 
     def check(self) -> list[tuple[str, str]]:
+        """Keys the family needs are given, keys it ignores are not, and min <= max."""
         need = {
             "fixed": ["value"], "uniform": ["min", "max"], "normal": ["mean", "std"],
             "lognormal": ["mean", "std"], "empirical": ["file"], "mixture": ["components"],
         }[self.dist]
         problems = [(k, f"required when dist is {self.dist!r}") for k in need
                     if getattr(self, k) in (None, ())]
+        reads = need + (["min", "max"] if self.dist in ("normal", "lognormal") else [])
+        problems += [(k, f"not used when dist is {self.dist!r} (it reads: {', '.join(reads)})")
+                     for k in ("value", "min", "max", "mean", "std", "file", "components")
+                     if k not in reads and getattr(self, k) not in (None, ())]
         if self.min is not None and self.max is not None and self.min > self.max:
             problems.append(("max", f"must be >= min ({self.min}), got {self.max}"))
         return problems
@@ -50,12 +56,20 @@ class Distribution:
 
 @dataclass(frozen=True)
 class MixtureComponent:
+    """One part of a mixture: a distribution and its relative weight."""
+
     weight: float = knob(1.0, "relative weight of this component", exclusive_min=0.0)
     dist: Distribution = field(default_factory=Distribution, metadata={"help": "the component"})
+
+    def check(self) -> list[tuple[str, str]]:
+        """The component's distribution is complete (also when `dist` was left out)."""
+        return [(f"dist.{key}", reason) for key, reason in self.dist.check()]
 
 
 @dataclass(frozen=True)
 class SharedPrefix:
+    """Prompts start with one of `groups` shared prefixes of `prefix_len` tokens."""
+
     groups: int = knob(1, "number of distinct shared prefixes", min=1)
     prefix_len: int = knob(256, "tokens in each shared prefix", min=1)
 
@@ -75,13 +89,30 @@ class Target:
     headers: dict[str, str] = field(default_factory=dict, metadata={"help": "extra HTTP headers"})
 
     def check(self) -> list[tuple[str, str]]:
-        if self.endpoint != "embedded" and not self.endpoint.startswith(("http://", "https://")):
+        """Endpoint and metrics URL are http(s) URLs; speculation has acceptance probabilities."""
+        if self.endpoint != "embedded" and not _is_http_url(self.endpoint):
             return [("endpoint", f"expected 'embedded' or an http:// or https:// URL, got {self.endpoint!r}")]
+        if self.metrics_url is not None and not _is_http_url(self.metrics_url):
+            return [("metrics_url", f"expected an http:// or https:// URL, got {self.metrics_url!r}")]
+        spec = self.sim.speculative
+        if spec.method != "none" and not spec.acceptance:
+            return [("sim.speculative.acceptance", "needs at least one probability when speculating")]
         return []
+
+
+def _is_http_url(text: str) -> bool:
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 @dataclass(frozen=True)
 class Workload:
+    """What to send: how many requests, and the prompt and output lengths (or a trace)."""
+
     requests: int = knob(100, "measured requests (warmup comes on top)", min=1)
     input_len: Distribution = field(default_factory=lambda: Distribution(dist="fixed", value=128),
                                     metadata={"help": "prompt length in tokens"})
@@ -96,6 +127,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Load:
+    """How to send it: closed loop (`concurrency`) or open loop (`rate`)."""
+
     concurrency: int | tuple[int, ...] | None = knob(
         None, "closed loop: requests in flight (a list runs a sweep)", min=1)
     rate: float | None = knob(None, "open loop: mean arrivals per second", exclusive_min=0.0)
@@ -109,21 +142,36 @@ class Load:
     stream: bool = knob(True, "stream responses (SSE)")
 
     def check(self) -> list[tuple[str, str]]:
+        """Exactly one of concurrency and rate; open-loop-only knobs only with rate."""
         if (self.concurrency is None) == (self.rate is None):
             return [("concurrency", "give exactly one of `concurrency` (closed loop) or `rate` (open loop)")]
         if isinstance(self.concurrency, tuple) and not self.concurrency:
             return [("concurrency", "a sweep needs at least one value")]
+        if self.concurrency is not None and self.max_in_flight is not None:
+            return [("max_in_flight", "only used with `rate` (open loop); closed loop keeps "
+                     "`concurrency` requests in flight")]
         return []
 
 
 @dataclass(frozen=True)
 class Output:
+    """Where results go."""
+
     dir: str = knob("results", "folder that receives results/<run-id>/")
     run_id: str | None = knob(None, "run folder name; default: <profile name>-<UTC time>")
+
+    def check(self) -> list[tuple[str, str]]:
+        """The run id is one folder name."""
+        if self.run_id is not None and (not self.run_id or "/" in self.run_id or "\\" in self.run_id
+                                        or self.run_id in (".", "..")):
+            return [("run_id", f"expected a folder name (no slashes), got {self.run_id!r}")]
+        return []
 
 
 @dataclass(frozen=True)
 class Profile:
+    """The whole profile. `path` is set by the loader to the file it was read from."""
+
     name: str = knob("run", "name used in run ids and reports")
     seed: int = knob(0, "seed of the request plan", min=0)
     target: Target = field(default_factory=Target, metadata={"help": "the engine under test"})

@@ -1,0 +1,500 @@
+"""YAML → frozen dataclasses, with strict validation and a JSON Schema, from the definitions alone.
+
+The dataclass definitions are the whole format: type hints say what each key holds, `dataclasses`
+defaults say what may be left out, and field `metadata` adds
+`help` (the description), `min` / `max` (inclusive bounds), `exclusive_min` and `internal` (the
+field cannot be set from YAML). After a dataclass is built its `check()` method, if any, returns
+cross-field problems as `(key, reason)` pairs; `key` may be dotted to reach into nested sections.
+
+Every problem raises `ProfileError`, whose message is one line:
+`FILE:LINE: key.path: what was expected, got what`. Lines come from `yaml.compose`, which keeps the
+start mark of every node; `parse_yaml` returns the data plus a map from key path (`load.rate`,
+`load.concurrency[1]`) to the 1-based line where that key or list item is written.
+
+Supported annotations: `bool`, `int`, `float`, `str`, `Literal[...]`, unions (`X | None`,
+`int | tuple[int, ...]`), `tuple[T, ...]` (a YAML list), `dict[str, T]` and nested dataclasses,
+recursive ones included. Scalars are read as YAML 1.1 (PyYAML) with these adjustments:
+
+* `int` takes YAML integers and integral floats (`2.0`, `1.0e+3`, `1e3`), never `true`/`false`,
+  never `2.5`; `float` takes integers and floats but not NaN or infinities; `str` takes only
+  strings: `run_id: 2024` is refused with a hint to quote it (no silent conversion).
+* A plain scalar in exponent form without a dot (`1e3`, `5E-2`), a string in YAML 1.1, is read as
+  a float as YAML 1.2 would. YAML 1.1 octals (`010`) and base-60 numbers (`1:30`) stay strings,
+  so they are refused where a number is expected instead of becoming 8 or 90.
+* Timestamps stay strings; merge keys (`<<`) and custom tags are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import types
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from loadgate.errors import ProfileError
+
+T = TypeVar("T")
+
+_INT_TEXT = re.compile(r"[-+]?(0|[1-9][0-9_]*|0x[0-9a-fA-F_]+)")
+_EXP_FLOAT_TEXT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
+_MAX_NODES = 100_000
+_TAG = "tag:yaml.org,2002:"
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+
+def load_dataclass_file(cls: type[T], path: Path) -> T:
+    """Read, parse and validate the YAML file at `path` into an instance of `cls`.
+
+    A field `path` marked `internal` on `cls` receives the file path as given (a str), so callers
+    can resolve file references relative to it.
+    """
+    file = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ProfileError(file, None, "", "file not found") from None
+    except IsADirectoryError:
+        raise ProfileError(file, None, "", "is a directory, expected a YAML file") from None
+    except OSError as e:
+        raise ProfileError(file, None, "", f"cannot read the file: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ProfileError(file, None, "", f"not UTF-8 text (bad byte at offset {e.start})") from None
+    data, lines = parse_yaml(text, file=file)
+    obj = load_dataclass(cls, data, file=file, lines=lines)
+    source = {f.name: f for f in dataclasses.fields(obj)}.get("path")  # type: ignore[arg-type]
+    if source is not None and source.metadata.get("internal"):
+        obj = dataclasses.replace(obj, path=file)  # type: ignore[type-var]
+    return obj
+
+
+def parse_yaml(text: str, *, file: str) -> tuple[Any, dict[str, int]]:
+    """Parse one YAML document into plain data and a map from key path to 1-based line.
+
+    The root's line is stored under the empty path. Raises ProfileError for syntax errors, an
+    empty document, duplicate or non-string keys, merge keys, unknown tags and alias bombs.
+    """
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else None
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        what = " ".join(x for x in (e.context, e.problem) if x)
+        raise ProfileError(file, line, "", _one_line(f"YAML syntax error: {what}{where}")) from None
+    except yaml.YAMLError as e:
+        raise ProfileError(file, None, "", _one_line(f"YAML syntax error: {e}")) from None
+    except RecursionError:
+        raise ProfileError(file, None, "", "YAML nesting too deep") from None
+    if root is None:
+        raise ProfileError(file, None, "", "the file is empty, expected a mapping of settings")
+    lines = {"": root.start_mark.line + 1}
+    reader = _NodeReader(file, lines)
+    return reader.build(root, "", 0), lines
+
+
+class _NodeReader:
+    """Turns composed YAML nodes into dicts, lists and scalars while recording line numbers."""
+
+    def __init__(self, file: str, lines: dict[str, int]) -> None:
+        self.file, self.lines, self.count = file, lines, 0
+
+    def fail(self, node: yaml.Node, path: str, reason: str) -> ProfileError:
+        return ProfileError(self.file, node.start_mark.line + 1, path, reason)
+
+    def build(self, node: yaml.Node, path: str, depth: int) -> Any:
+        self.count += 1
+        if self.count > _MAX_NODES or depth > 100:
+            raise self.fail(node, path, "document too large or too deeply nested (aliases expand)")
+        if isinstance(node, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _TAG + "merge":
+                    raise self.fail(key_node, path, "merge keys ('<<') are not supported")
+                key = self.build(key_node, path, depth + 1)
+                if not isinstance(key, str):
+                    hint = " (put it in quotes)" if not isinstance(key, (dict, list)) else ""
+                    raise self.fail(key_node, path, f"keys must be strings, got {show(key)}{hint}")
+                sub = _join(path, key)
+                if key in out:
+                    first = self.lines.get(sub)
+                    raise self.fail(key_node, sub, f"duplicate key {key!r} (first given at line {first})")
+                self.lines[sub] = key_node.start_mark.line + 1
+                out[key] = self.build(value_node, sub, depth + 1)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            items = []
+            for i, item in enumerate(node.value):
+                sub = f"{path}[{i}]"
+                self.lines[sub] = item.start_mark.line + 1
+                items.append(self.build(item, sub, depth + 1))
+            return items
+        return self.scalar(node, path)
+
+    def scalar(self, node: yaml.Node, path: str) -> Any:
+        text, tag, plain = node.value, node.tag, node.style is None
+        if tag == _TAG + "null":
+            return None
+        if tag == _TAG + "bool":
+            return text.lower() in ("yes", "true", "on", "y")
+        if tag == _TAG + "int":
+            return int(text.replace("_", ""), 0) if _INT_TEXT.fullmatch(text) else text
+        if tag == _TAG + "float":
+            low = text.lower().replace("_", "")
+            if ":" in low:
+                return text
+            if low.endswith((".inf", ".nan")):
+                return float(low.replace(".", ""))
+            return float(low)
+        if tag == _TAG + "str":
+            return float(text) if plain and _EXP_FLOAT_TEXT.fullmatch(text) else text
+        if tag in (_TAG + "timestamp", _TAG + "binary"):
+            return text
+        raise self.fail(node, path, f"unsupported YAML tag {tag!r}")
+
+
+# ------------------------------------------------------------------------------------- validating
+
+
+def load_dataclass(cls: type[T], data: Any, *, file: str, lines: dict[str, int]) -> T:
+    """Validate plain data (as from `parse_yaml`) into an instance of dataclass `cls`.
+
+    `file` and `lines` only serve error messages; pass `lines={}` for data that has no file.
+    """
+    if not isinstance(data, dict):
+        raise ProfileError(file, lines.get(""), "",
+                           f"the top level must be a mapping of settings, got {show(data)}")
+    return _Converter(file, lines).dataclass(cls, data, "")
+
+
+class _Converter:
+    """Converts validated data into typed values; every failure becomes a ProfileError."""
+
+    def __init__(self, file: str, lines: dict[str, int]) -> None:
+        self.file, self.lines = file, lines
+
+    def fail(self, path: str, reason: str) -> ProfileError:
+        return ProfileError(self.file, _line_of(self.lines, path), path, _one_line(reason))
+
+    def expected(self, path: str, expect: str, value: Any) -> ProfileError:
+        hint = " (put it in quotes)" if expect == "a string" and _is_scalar(value) else ""
+        return self.fail(path, f"expected {expect}, got {show(value)}{hint}")
+
+    def dataclass(self, cls: type[T], data: Any, path: str) -> T:
+        if not isinstance(data, dict):
+            raise self.expected(path, "a mapping", data)
+        fields = settable_fields(cls)
+        hints = _hints(cls)
+        for key in data:
+            if not isinstance(key, str):
+                raise self.fail(path, f"keys must be strings, got {show(key)}")
+            if key not in fields:
+                raise self.fail(_join(path, key), _unknown_key(key, list(fields)))
+        for name, f in fields.items():
+            if name not in data and f.default is f.default_factory is dataclasses.MISSING:
+                raise self.fail(path, f"missing required key {name!r}")
+        kwargs = {name: self.value(hints[name], value, _join(path, name), fields[name].metadata)
+                  for name, value in data.items()}  # in file order, so the first error is first
+        try:
+            obj = cls(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise self.fail(path, str(e)) from None
+        check = getattr(obj, "check", None)
+        problems = check() if callable(check) else []
+        if problems:
+            key, reason = problems[0]
+            raise self.fail(_join(path, key), reason)
+        return obj
+
+    def value(self, tp: Any, value: Any, path: str, meta: Any, expect: str | None = None) -> Any:
+        origin, args = get_origin(tp), get_args(tp)
+        if origin in (Union, types.UnionType):
+            return self.union(tp, args, value, path, meta)
+        if origin is Literal:
+            if any(value == a and type(value) is type(a) for a in args):
+                return value
+            close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise self.fail(path, f"expected {expect or describe(tp, meta)}, got {show(value)}{hint}")
+        if origin is tuple:
+            if not isinstance(value, list):
+                raise self.expected(path, expect or describe(tp, meta), value)
+            return tuple(self.value(args[0], v, f"{path}[{i}]", meta) for i, v in enumerate(value))
+        if origin is dict:
+            if not isinstance(value, dict):
+                raise self.expected(path, expect or describe(tp, meta), value)
+            return {k: self.value(args[1], v, _join(path, k), meta) for k, v in value.items()}
+        if dataclasses.is_dataclass(tp):
+            return self.dataclass(tp, value, path)  # type: ignore[arg-type]
+        expect = expect or describe(tp, meta)
+        if tp is bool and isinstance(value, bool) or tp is str and isinstance(value, str):
+            return value
+        if tp in (int, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = _as_number(tp, value)
+            if number is not None and _in_bounds(number, meta):
+                return number
+        raise self.expected(path, expect, value)
+
+    def union(self, tp: Any, args: tuple[Any, ...], value: Any, path: str, meta: Any) -> Any:
+        if value is None and type(None) in args:
+            return None
+        arms = [a for a in args if a is not type(None)]
+        if len(arms) == 1:
+            return self.value(arms[0], value, path, meta)
+        expect = describe(tp, meta)
+        if isinstance(value, list):
+            shaped = [a for a in arms if get_origin(a) is tuple]
+        elif isinstance(value, dict):
+            shaped = [a for a in arms if get_origin(a) is dict or dataclasses.is_dataclass(a)]
+        else:
+            shaped = [a for a in arms if get_origin(a) not in (tuple, dict)
+                      and not dataclasses.is_dataclass(a)]
+        if len(shaped) == 1:
+            return self.value(shaped[0], value, path, meta, expect)
+        for arm in shaped:
+            try:
+                return self.value(arm, value, path, meta, expect)
+            except ProfileError:
+                continue
+        raise self.expected(path, expect, value)
+
+
+def settable_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    """The fields of dataclass `cls` that YAML may set (init fields not marked `internal`)."""
+    return {f.name: f for f in dataclasses.fields(cls)
+            if f.init and not f.metadata.get("internal")}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    cached = _HINTS.get(cls)
+    if cached is None:
+        cached = _HINTS[cls] = get_type_hints(cls)
+    return cached
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _as_number(tp: type, value: int | float) -> int | float | None:
+    """`value` as `tp` (int or float), or None: no NaN, no infinity, no fractional int."""
+    if tp is int:
+        if isinstance(value, int):
+            return value
+        return int(value) if math.isfinite(value) and value.is_integer() else None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _in_bounds(x: float, meta: Any) -> bool:
+    lo, hi, ex = meta.get("min"), meta.get("max"), meta.get("exclusive_min")
+    return (lo is None or x >= lo) and (hi is None or x <= hi) and (ex is None or x > ex)
+
+
+def _unknown_key(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key {key!r} (did you mean {close[0]!r}?)"
+    return f"unknown key {key!r} (valid keys: {', '.join(valid)})"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _line_of(lines: dict[str, int], path: str) -> int | None:
+    """The line of `path`, else of its nearest enclosing key or list item that is written."""
+    while path:
+        if path in lines:
+            return lines[path]
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return lines.get("")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _is_scalar(value: Any) -> bool:
+    return not isinstance(value, (str, list, dict))
+
+
+def show(value: Any) -> str:
+    """A short, one-line rendering of a YAML value for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 60 else value[:57] + "...")
+    return repr(value)
+
+
+# ------------------------------------------------------------------------------------ describing
+
+
+def describe(tp: Any, meta: Any = None) -> str:
+    """What a value of annotation `tp` must look like, in words ("an integer >= 1")."""
+    meta = meta or {}
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, types.UnionType):
+        arms = [a for a in args if a is not type(None)]
+        if len(arms) == 2 and get_origin(arms[1]) is tuple and get_args(arms[1])[0] == arms[0]:
+            return f"{describe(arms[0], meta)} or a list of them"
+        return " or ".join(describe(a, meta) for a in arms)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is tuple:
+        return f"a list of {_plural(args[0], meta)}"
+    if origin is dict:
+        return f"a mapping of string keys to {_plural(args[1], meta)}"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    base = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp)
+    if base is None:
+        raise TypeError(f"typed_yaml does not support the annotation {tp!r}")
+    return base + _bounds_text(meta) if tp in (int, float) else base
+
+
+def _plural(tp: Any, meta: Any) -> str:
+    text = describe(tp, meta)
+    for one, many in (("an integer", "integers"), ("a number", "numbers"), ("a string", "strings"),
+                      ("a mapping", "mappings"), ("true or false", "booleans")):
+        if text.startswith(one):
+            return many + text[len(one):]
+    return f"values that are each {text}"
+
+
+def _bounds_text(meta: Any) -> str:
+    lo, hi, ex = meta.get("min"), meta.get("max"), meta.get("exclusive_min")
+    if (lo is not None or ex is not None) and hi is not None:
+        return f" in {'[' if ex is None else '('}{_num(lo if ex is None else ex)}, {_num(hi)}]"
+    if lo is not None:
+        return f" >= {_num(lo)}"
+    if ex is not None:
+        return f" > {_num(ex)}"
+    return f" <= {_num(hi)}" if hi is not None else ""
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+# ------------------------------------------------------------------------------------ JSON Schema
+
+
+def json_schema(cls: type, *, title: str | None = None) -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) for YAML files that `load_dataclass(cls, ...)` accepts.
+
+    Nested dataclasses go to `$defs` and are referenced with `$ref` (recursion works); the root's
+    properties are inlined unless the root is itself referenced.
+    """
+    defs: dict[str, dict[str, Any]] = {}
+    refs: set[str] = set()
+    _object_schema(cls, defs, refs)
+    schema: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    if title:
+        schema["title"] = title
+    if cls.__name__ in refs:
+        schema["$ref"] = f"#/$defs/{cls.__name__}"
+    else:
+        schema.update(defs.pop(cls.__name__))
+    if defs:
+        schema["$defs"] = dict(sorted(defs.items()))
+    return schema
+
+
+def _object_schema(cls: type, defs: dict[str, dict[str, Any]], refs: set[str]) -> None:
+    if cls.__name__ in defs:
+        return
+    node: dict[str, Any] = {"type": "object"}
+    defs[cls.__name__] = node
+    if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):
+        node["description"] = _one_line(cls.__doc__)
+    props: dict[str, Any] = {}
+    required = []
+    for name, f in settable_fields(cls).items():
+        prop = _type_schema(_hints(cls)[name], f.metadata, defs, refs)
+        if "help" in f.metadata:
+            prop["description"] = f.metadata["help"]
+        if f.default is not dataclasses.MISSING:
+            default = _json_value(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = _json_value(f.default_factory())
+        else:
+            default = _NO_JSON
+            required.append(name)
+        if default is not _NO_JSON:
+            prop["default"] = default
+        props[name] = prop
+    node.update(properties=props, additionalProperties=False)
+    if required:
+        node["required"] = required
+
+
+def _type_schema(tp: Any, meta: Any, defs: dict[str, dict[str, Any]], refs: set[str]) -> dict[str, Any]:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, types.UnionType):
+        return {"anyOf": [_type_schema(a, meta, defs, refs) for a in args]}
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin is tuple:
+        return {"type": "array", "items": _type_schema(args[0], meta, defs, refs)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(args[1], meta, defs, refs)}
+    if dataclasses.is_dataclass(tp):
+        refs.add(tp.__name__)
+        _object_schema(tp, defs, refs)  # type: ignore[arg-type]
+        return {"$ref": f"#/$defs/{tp.__name__}"}
+    if tp is type(None):
+        return {"type": "null"}
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string"}.get(tp)
+    if kind is None:
+        raise TypeError(f"typed_yaml does not support the annotation {tp!r}")
+    out: dict[str, Any] = {"type": kind}
+    if tp in (int, float):
+        for key, word in (("min", "minimum"), ("max", "maximum"), ("exclusive_min", "exclusiveMinimum")):
+            if meta.get(key) is not None:
+                out[word] = meta[key]
+    return out
+
+
+_NO_JSON = object()
+
+
+def _json_value(value: Any) -> Any:
+    """`value` as JSON data, or `_NO_JSON`. A dataclass becomes the mapping of the fields that
+    differ from the class defaults (all settable fields if the class has required ones)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        try:
+            blank: Any = type(value)()
+        except TypeError:
+            blank = None
+        out = {name: _json_value(getattr(value, name)) for name in settable_fields(type(value))
+               if blank is None or getattr(value, name) != getattr(blank, name)}
+        return _NO_JSON if _NO_JSON in out.values() else out
+    if isinstance(value, (tuple, list)):
+        items = [_json_value(v) for v in value]
+        return _NO_JSON if _NO_JSON in items else items
+    if isinstance(value, dict):
+        mapped = {str(k): _json_value(v) for k, v in value.items()}
+        return _NO_JSON if _NO_JSON in mapped.values() else mapped
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NO_JSON
+    return value if isinstance(value, (str, int, float, bool)) or value is None else _NO_JSON
+
