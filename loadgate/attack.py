@@ -1,0 +1,203 @@
+"""Executors that send the plan: closed loop (fixed concurrency) and open loop (arrival schedule).
+
+The receive loop does the minimum: `perf_counter_ns()` right after each read returns, keep the
+raw bytes, nothing else. SSE framing and JSON decoding happen after the request has ended.
+Every finished request becomes one record (see `loadgate.records`), written immediately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+
+import aiohttp
+import orjson
+
+from loadgate.engines.base import Decoded, EngineAdapter, ErrorInfo, GenRequest, Sampling
+from loadgate.plan import PlannedRequest
+from loadgate.records import SCHEMA_VERSION, RecordWriter
+from loadgate.sse import frame_sse
+
+READ_BUFSIZE = 1 << 18
+
+
+def make_session(headers: dict[str, str] | None = None) -> aiohttp.ClientSession:
+    """A session with an unlimited connector and an explicit read buffer."""
+    conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False, enable_cleanup_closed=True)
+    return aiohttp.ClientSession(connector=conn, read_bufsize=READ_BUFSIZE, headers=headers,
+                                 timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
+
+
+@dataclass
+class Target:
+    """Where and how to send: the adapter, the full URL, the model name, per-request options."""
+
+    session: aiohttp.ClientSession
+    url: str
+    adapter: EngineAdapter
+    model: str
+    timeout_s: float
+    stream: bool = True
+    logprobs: int | None = None
+    keep_ids: bool = False
+    sampling: Sampling = field(default_factory=Sampling)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Raw:
+    """What the receive loop kept of one response."""
+
+    start_ns: int
+    headers_ns: int | None = None
+    end_ns: int = 0
+    status: int | None = None
+    reads: list[tuple[int, bytes]] = field(default_factory=list)
+    error: ErrorInfo | None = None
+
+
+async def fetch(t: Target, body: bytes, request_id: str) -> Raw:
+    """POST `body` and keep every read with its arrival stamp. The hot path: no parsing here."""
+    raw = Raw(start_ns=perf_counter_ns())
+    reads = raw.reads
+    try:
+        async with asyncio.timeout(t.timeout_s):
+            async with t.session.post(t.url, data=body, headers={
+                    "content-type": "application/json", "x-request-id": request_id}) as resp:
+                raw.headers_ns = perf_counter_ns()
+                raw.status = resp.status
+                readany = resp.content.readany
+                while True:
+                    b = await readany()
+                    ts = perf_counter_ns()
+                    if not b:
+                        break
+                    reads.append((ts, b))
+    except TimeoutError:
+        raw.error = ErrorInfo("timeout", f"no complete response within {t.timeout_s:g} s")
+    except aiohttp.ClientConnectorError as e:
+        raw.error = ErrorInfo("connect", str(e))
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
+        raw.error = ErrorInfo("disconnect", str(e) or type(e).__name__)
+    except aiohttp.ClientError as e:
+        raw.error = ErrorInfo("disconnect", f"{type(e).__name__}: {e}")
+    raw.end_ns = perf_counter_ns()
+    return raw
+
+
+def decode(t: Target, raw: Raw) -> Decoded:
+    """Turn the kept bytes into a `Decoded` (after the request ended)."""
+    if raw.status is not None and raw.status != 200:
+        body = b"".join(b for _, b in raw.reads)
+        return Decoded(error=ErrorInfo("http_status", f"HTTP {raw.status}: {body[:200].decode('utf-8', 'replace')}"))
+    if t.stream:
+        events, truncated = frame_sse(raw.reads)
+        d = t.adapter.decode_stream([(e.t_ns, e.data) for e in events])
+        if d.error is None and raw.error is None and truncated:
+            d.error = ErrorInfo("malformed", "stream ended inside an event")
+    else:
+        body = b"".join(b for _, b in raw.reads)
+        d = t.adapter.decode_body(raw.reads[-1][0], body) if raw.reads else Decoded()
+    if raw.error is not None:
+        d.error = raw.error  # a transport failure outranks what the partial stream said
+    elif not d.chunks and d.error is None:
+        d.error = ErrorInfo("empty", "the response carried no tokens")
+    return d
+
+
+def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: float | int,
+              ready_ns: int, intended_ns: int | None, keep_ids: bool) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "v": SCHEMA_VERSION, "i": req.i, "warmup": req.warmup, "level": level,
+        "intended_ns": None if intended_ns is None else intended_ns - t0_ns,
+        "ready_ns": ready_ns - t0_ns, "start_ns": raw.start_ns - t0_ns,
+        "headers_ns": None if raw.headers_ns is None else raw.headers_ns - t0_ns,
+        "end_ns": raw.end_ns - t0_ns, "status": raw.status,
+        "error": None if d.error is None else {"kind": d.error.kind, "detail": d.error.detail[:300]},
+        "prompt_tokens_planned": len(req.prompt_ids), "output_tokens_planned": req.output_len,
+        "prompt_tokens": d.prompt_tokens, "completion_tokens": d.completion_tokens,
+        "chunk_ns": [c.t_ns - raw.start_ns for c in d.chunks],
+        "chunk_tokens": [c.n_tokens for c in d.chunks],
+        "token_source": d.token_source, "finish_reason": d.finish_reason,
+        "spec": None if d.spec is None else {
+            "source": d.spec.source, "verify_steps": d.spec.verify_steps,
+            "draft_tokens": d.spec.draft_tokens, "accepted": d.spec.accepted,
+            "reported_acceptance_length": d.spec.reported_acceptance_length},
+    }
+    if keep_ids:
+        rec["output_ids"] = d.output_ids
+    return rec
+
+
+def body_for(t: Target, req: PlannedRequest) -> bytes:
+    g = GenRequest(max_tokens=req.output_len, prompt_ids=req.prompt_ids, stream=t.stream,
+                   logprobs=t.logprobs, sampling=t.sampling, extra=t.extra)
+    return orjson.dumps(t.adapter.build_body(g, t.model))
+
+
+async def run_one(t: Target, req: PlannedRequest, run_tag: str, *, t0_ns: int, level: float | int,
+                  ready_ns: int, intended_ns: int | None) -> dict[str, Any]:
+    body = body_for(t, req)
+    raw = await fetch(t, body, f"{run_tag}-{req.i}")
+    return to_record(req, raw, decode(t, raw), t0_ns=t0_ns, level=level, ready_ns=ready_ns,
+                     intended_ns=intended_ns, keep_ids=t.keep_ids)
+
+
+async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: int, writer: RecordWriter,
+                      *, run_tag: str, t0_ns: int, on_done: Callable[[dict[str, Any]], None] | None = None,
+                      stop_at_ns: int | None = None) -> None:
+    """`concurrency` workers; each takes the next request as soon as its previous one finished.
+    `ready_ns` is the moment the worker became free, so client-side queueing is visible."""
+    it: Iterator[PlannedRequest] = iter(reqs)
+
+    async def worker() -> None:
+        for req in it:
+            ready = perf_counter_ns()
+            if stop_at_ns is not None and ready >= stop_at_ns:
+                return
+            rec = await run_one(t, req, run_tag, t0_ns=t0_ns, level=concurrency, ready_ns=ready, intended_ns=None)
+            writer.write(rec)
+            if on_done:
+                on_done(rec)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def open_loop(t: Target, reqs: list[PlannedRequest], rate: float, writer: RecordWriter, *,
+                    run_tag: str, t0_ns: int, start_ns: int, max_in_flight: int | None = None,
+                    on_done: Callable[[dict[str, Any]], None] | None = None,
+                    stop_at_ns: int | None = None) -> None:
+    """Start each request at `start_ns + intended_offset_ns`; latency counts from that intended
+    time. With `max_in_flight`, a request that finds no free slot waits (its wait stays in its
+    latency)."""
+    sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(req: PlannedRequest, intended: int) -> None:
+        if sem is not None:
+            await sem.acquire()
+        try:
+            rec = await run_one(t, req, run_tag, t0_ns=t0_ns, level=rate, ready_ns=perf_counter_ns(),
+                                intended_ns=intended)
+        finally:
+            if sem is not None:
+                sem.release()
+        writer.write(rec)
+        if on_done:
+            on_done(rec)
+
+    for req in reqs:
+        intended = start_ns + (req.intended_offset_ns or 0)
+        if stop_at_ns is not None and intended >= stop_at_ns:
+            break
+        delay = (intended - perf_counter_ns()) / 1e9
+        if delay > 0:
+            await asyncio.sleep(delay)
+        task = asyncio.create_task(one(req, intended))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks)

@@ -1,0 +1,126 @@
+"""The one transport seam: what every engine adapter does, and what it returns.
+
+An adapter builds a request body and decodes a finished raw response. It never does I/O: the
+attack loop sends the bytes and keeps the reads; decoding happens after the request ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+# Where a chunk's token count came from, strongest first.
+TokenSource = Literal["ids", "usage", "meta_info", "logprobs", "one_per_chunk"]
+
+# Kinds of failure, each counted separately in reports.
+ErrorKind = Literal["http_status", "timeout", "disconnect", "malformed", "error_event", "connect",
+                    "empty"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """Every sampling parameter, always sent explicitly (servers fill unset ones from model files)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GenRequest:
+    """One request as the adapter needs it. Exactly one of prompt_ids / prompt_text / messages."""
+
+    max_tokens: int
+    prompt_ids: tuple[int, ...] | None = None
+    prompt_text: str | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+    ignore_eos: bool = True
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None  # how many top alternatives; None: no logprobs
+    sampling: Sampling = Sampling()
+    stream: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)  # merged into the body last
+
+
+@dataclass(slots=True)
+class Chunk:
+    """One content-bearing event: when it arrived and how many tokens it carried."""
+
+    t_ns: int
+    n_tokens: int
+    ids: list[int] | None = None
+
+
+@dataclass(slots=True)
+class SpecStats:
+    """Per-request speculative decoding counts as the engine reported them, with their source.
+
+    `verify_steps` counts target forward passes that verified drafts; `draft_tokens` tokens
+    proposed; `accepted` draft tokens accepted. Any may be None when the engine does not say.
+    """
+
+    source: str
+    verify_steps: int | None = None
+    draft_tokens: int | None = None
+    accepted: int | None = None
+    reported_acceptance_length: float | None = None
+
+
+@dataclass(slots=True)
+class ErrorInfo:
+    kind: ErrorKind
+    detail: str
+
+
+@dataclass(slots=True)
+class Decoded:
+    """Everything loadgate keeps from one response."""
+
+    chunks: list[Chunk] = field(default_factory=list)
+    token_source: TokenSource = "one_per_chunk"
+    output_ids: list[int] | None = None
+    logprobs: list[float | None] | None = None
+    top_logprobs: list[list[tuple[int, float | None]]] | None = None
+    text: str = ""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_ids: list[int] | None = None
+    finish_reason: str | None = None
+    spec: SpecStats | None = None
+    error: ErrorInfo | None = None
+    system_fingerprint: str | None = None
+    # Output positions whose logprob is not a real value: absent, or a placeholder such as
+    # llama-server's 0.0 with an empty top list for draft-accepted tokens. Compared on ids only.
+    placeholder_positions: list[int] = field(default_factory=list)
+
+
+class EngineAdapter(Protocol):
+    """An engine API: `path` to POST to, how to build a body, how to decode a finished response."""
+
+    name: str
+    path: str
+
+    def build_body(self, req: GenRequest, model: str) -> dict[str, Any]: ...
+
+    def decode_stream(self, events: list[tuple[int, bytes]]) -> Decoded:
+        """Decode SSE `data` payloads (with their arrival times) of one streamed response."""
+        ...
+
+    def decode_body(self, t_ns: int, body: bytes) -> Decoded:
+        """Decode one non-streamed response body that finished arriving at `t_ns`."""
+        ...
+
+
+def error_message(obj: Any) -> str | None:
+    """The error text of an engine's error object (`{"error": {...}}`, `{"error": "..."}`, ...)."""
+    if not isinstance(obj, dict) or "error" not in obj or obj["error"] in (None, "", {}):
+        return None
+    err = obj["error"]
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err)

@@ -1,0 +1,39 @@
+"""JSON with infinities: JSON has no +inf, so summaries write it as the string "inf"."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _restore(x: Any) -> Any:
+    if x == "inf":
+        return float("inf")
+    if x == "-inf":
+        return float("-inf")
+    if isinstance(x, dict):
+        return {k: _restore(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_restore(v) for v in x]
+    return x
+
+
+def dump_json(path: Path, obj: Any) -> None:
+    path.write_bytes(orjson.dumps(_clean(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+
+
+def load_json(path: Path) -> Any:
+    return _restore(orjson.loads(path.read_bytes()))
