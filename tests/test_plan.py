@@ -1,0 +1,67 @@
+"""The plan is pure and reproducible: same profile, seed and pool give the same requests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loadgate.plan import arrival_offsets_ns, build_plan
+from loadgate.profile import Distribution, Load, MixtureComponent, Profile, SharedPrefix, Workload
+from loadgate.workload.lengths import draw_lengths
+
+POOL = list(range(300, 1300))
+
+
+def prof(seed=1, warm=0, **w):
+    return Profile(seed=seed, workload=Workload(**({"requests": 50} | w)), load=Load(concurrency=4, warmup_requests=warm))
+
+
+def test_same_seed_same_bytes_and_other_seed_differs():
+    a, b, c = build_plan(prof(), POOL), build_plan(prof(), POOL), build_plan(prof(seed=2), POOL)
+    assert a == b and a != c
+
+
+def test_warmup_count_never_changes_the_measured_requests():
+    m0 = [r for r in build_plan(prof(warm=0), POOL) if not r.warmup]
+    m5 = [r for r in build_plan(prof(warm=5), POOL) if not r.warmup]
+    assert [(r.prompt_ids, r.output_len) for r in m0] == [(r.prompt_ids, r.output_len) for r in m5]
+    assert [r.i for r in build_plan(prof(warm=5), POOL)][:6] == [0, 1, 2, 3, 4, 5]
+
+
+def test_prompt_lengths_are_exact_and_ids_come_from_the_pool():
+    p = build_plan(prof(input_len=Distribution(dist="uniform", min=5, max=9)), POOL)
+    assert all(5 <= len(r.prompt_ids) <= 9 for r in p)
+    assert set().union(*(r.prompt_ids for r in p)) <= set(POOL)
+
+
+def test_shared_prefix_groups():
+    p = build_plan(prof(shared_prefix=SharedPrefix(groups=2, prefix_len=8),
+                        input_len=Distribution(dist="fixed", value=20)), POOL)
+    assert p[0].prompt_ids[:8] == p[2].prompt_ids[:8] != p[1].prompt_ids[:8]
+
+
+@pytest.mark.parametrize("d,check", [
+    (Distribution(dist="normal", mean=200, std=20, min=150, max=260), lambda x: 150 <= x.min() and x.max() <= 260 and abs(x.mean() - 200) < 3),
+    (Distribution(dist="lognormal", mean=300, std=150), lambda x: abs(x.mean() - 300) < 15 and abs(x.std() - 150) < 20),
+    (Distribution(dist="mixture", components=(MixtureComponent(3, Distribution(dist="fixed", value=10)),
+                                              MixtureComponent(1, Distribution(dist="fixed", value=1000)))),
+     lambda x: set(np.unique(x)) == {10, 1000} and abs((x == 10).mean() - 0.75) < 0.03),
+])
+def test_length_distributions(d, check, tmp_path):
+    x = draw_lengths(d, 4000, np.random.default_rng(0), tmp_path)
+    assert x.dtype == np.int64 and (x >= 1).all() and check(x)
+
+
+def test_empirical_histogram_and_cdf_files(tmp_path):
+    (tmp_path / "h.csv").write_text("length,weight\n10,1\n20,3\n")
+    (tmp_path / "c.csv").write_text("length,cdf\n10,0.25\n20,1.0\n")
+    for name in ("h.csv", "c.csv"):
+        x = draw_lengths(Distribution(dist="empirical", file=name), 4000, np.random.default_rng(0), tmp_path)
+        assert set(np.unique(x)) == {10, 20} and abs((x == 20).mean() - 0.75) < 0.03
+
+
+def test_poisson_and_gamma_arrivals_have_the_stated_mean_rate():
+    for arrival, b in (("poisson", 1.0), ("gamma", 0.5), ("constant", 1.0)):
+        off = arrival_offsets_ns(Load(rate=20.0, arrival=arrival, burstiness=b), 4001, np.random.default_rng(3))
+        assert off[0] == 0 and off == sorted(off)
+        assert abs(4000 / (off[-1] / 1e9) - 20.0) < 1.5
