@@ -85,11 +85,21 @@ def parse_yaml(text: str, *, file: str) -> tuple[Any, dict[str, int]]:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
+        mark, ctx = e.problem_mark or e.context_mark, e.context_mark
         line = mark.line + 1 if mark else None
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        what = " ".join(x for x in (e.context, e.problem) if x)
-        raise ProfileError(file, line, "", _one_line(f"YAML syntax error: {what}{where}")) from None
+        where = f"line {line}, column {mark.column + 1}" if mark else ""
+        if e.context and ctx and ctx.line + 1 != line:
+            where += f"; {e.context} at line {ctx.line + 1}"
+        problem = e.problem or e.context or "invalid YAML"
+        if "another document" in problem:
+            problem, where = "a profile is one YAML document, found a second one ('---')", where[:where.find(";")]
+        elif "'\\t'" in problem:
+            problem += " (indent with spaces, not tabs)"
+        raise ProfileError(file, line, "", _one_line(f"YAML syntax error: {problem} ({where})")) from None
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        char = e.character if isinstance(e.character, str) else chr(e.character)
+        raise ProfileError(file, line, "", f"character {char!r} (#x{ord(char):04x}) is not allowed in YAML") from None
     except yaml.YAMLError as e:
         raise ProfileError(file, None, "", _one_line(f"YAML syntax error: {e}")) from None
     except RecursionError:
@@ -120,6 +130,7 @@ class _NodeReader:
                 if key_node.tag == _TAG + "merge":
                     raise self.fail(key_node, path, "merge keys ('<<') are not supported")
                 key = self.build(key_node, path, depth + 1)
+                key = key.text if isinstance(key, _ExponentFloat) else key
                 if not isinstance(key, str):
                     hint = " (put it in quotes)" if not isinstance(key, (dict, list)) else ""
                     raise self.fail(key_node, path, f"keys must be strings, got {show(key)}{hint}")
@@ -155,10 +166,22 @@ class _NodeReader:
                 return float(low.replace(".", ""))
             return float(low)
         if tag == _TAG + "str":
-            return float(text) if plain and _EXP_FLOAT_TEXT.fullmatch(text) else text
+            return _ExponentFloat(text) if plain and _EXP_FLOAT_TEXT.fullmatch(text) else text
         if tag in (_TAG + "timestamp", _TAG + "binary"):
             return text
         raise self.fail(node, path, f"unsupported YAML tag {tag!r}")
+
+
+class _ExponentFloat(float):
+    """A plain `1e3`: a number where one is expected, its text where a string is (as YAML 1.1)."""
+
+    def __new__(cls, text: str) -> _ExponentFloat:
+        self = super().__new__(cls, text)
+        self.text = text
+        return self
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 # ------------------------------------------------------------------------------------- validating
@@ -237,6 +260,8 @@ class _Converter:
         expect = expect or describe(tp, meta)
         if tp is bool and isinstance(value, bool) or tp is str and isinstance(value, str):
             return value
+        if tp is str and isinstance(value, _ExponentFloat):
+            return value.text
         if tp in (int, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
             number = _as_number(tp, value)
             if number is not None and _in_bounds(number, meta):

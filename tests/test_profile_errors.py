@@ -1,0 +1,214 @@
+"""Malformed profiles: `loadgate validate` exits 2 with one line naming file, line, key and reason.
+
+Each case is a small YAML text written to a temporary file. The expected message is
+`loadgate: FILE:LINE: key.path: reason`; cases without a line (missing or empty file) and without
+a key path (YAML syntax errors, top level) drop those parts.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from typing import NamedTuple
+
+import click
+import pytest
+
+
+def _cli_main():
+    """`loadgate.cli.main`; stubs the `sim` sub-command if its module is not written yet."""
+    try:
+        import loadgate.sim.cli  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "loadgate.sim.cli":
+            raise
+        stub = types.ModuleType("loadgate.sim.cli")
+        stub.sim = click.Command("sim")  # type: ignore[attr-defined]
+        sys.modules["loadgate.sim.cli"] = stub
+    from loadgate.cli import main
+
+    return main
+
+
+main = _cli_main()
+
+
+class Case(NamedTuple):
+    text: str
+    line: int | None
+    path: str
+    reason: str
+
+
+CASES: dict[str, Case] = {
+    "unknown_top_level_key_suggests_closest": Case(
+        "name: x\nsed: 3\n", 2, "sed", "unknown key 'sed' (did you mean 'seed'?)"),
+    "unknown_top_level_key_lists_valid_keys_when_none_is_close": Case(
+        "colour: red\n", 1, "colour",
+        "unknown key 'colour' (valid keys: name, seed, target, workload, load, output)"),
+    "unknown_nested_key_suggests_closest": Case(
+        "name: x\nload:\n  concurency: 4\n", 3, "load.concurency",
+        "unknown key 'concurency' (did you mean 'concurrency'?)"),
+    "unknown_deep_key_in_sim_section": Case(
+        "target:\n  sim:\n    speculative:\n      methd: ngram\n", 4, "target.sim.speculative.methd",
+        "(did you mean 'method'?)"),
+    "internal_field_is_not_settable": Case(
+        "path: /etc\n", 1, "path", "unknown key 'path'"),
+    "string_for_int": Case(
+        "workload:\n  requests: lots\n", 2, "workload.requests",
+        "expected an integer >= 1, got 'lots'"),
+    "fractional_float_for_int": Case(
+        "workload:\n  requests: 2.5\n", 2, "workload.requests", "expected an integer >= 1, got 2.5"),
+    "yaml11_octal_is_not_a_number": Case(
+        "seed: 010\n", 1, "seed", "expected an integer >= 0, got '010'"),
+    "list_for_mapping": Case(
+        "name: x\nload: [1, 2]\n", 2, "load", "expected a mapping, got a list"),
+    "bool_for_int": Case(
+        "load:\n  concurrency: true\n", 2, "load.concurrency",
+        "expected an integer >= 1 or a list of them, got true"),
+    "number_for_string": Case(
+        "output:\n  run_id: 2024\n", 2, "output.run_id", "expected a string, got 2024 (put it in quotes)"),
+    "negative_concurrency": Case(
+        "# comment\nname: x\n\nload:\n  concurrency: -4\n", 5, "load.concurrency",
+        "expected an integer >= 1 or a list of them, got -4"),
+    "bad_item_in_concurrency_sweep": Case(
+        "load:\n  concurrency:\n    - 1\n    - 0\n", 4, "load.concurrency[1]",
+        "expected an integer >= 1, got 0"),
+    "rate_zero": Case(
+        "load:\n  rate: 0\n", 2, "load.rate", "expected a number > 0, got 0"),
+    "rate_nan": Case(
+        "load:\n  rate: .nan\n", 2, "load.rate", "expected a number > 0, got nan"),
+    "k_above_maximum": Case(
+        "target:\n  sim:\n    speculative: {method: ngram, k: 17}\n", 3, "target.sim.speculative.k",
+        "expected an integer in [1, 16], got 17"),
+    "acceptance_probability_above_one": Case(
+        "target:\n  sim:\n    speculative:\n      method: draft_model\n      acceptance:\n"
+        "        - 0.9\n        - 0.7\n        - 1.5\n",
+        8, "target.sim.speculative.acceptance[2]", "expected a number in [0, 1], got 1.5"),
+    "api_not_in_literal": Case(
+        "target:\n  api: grpc\n", 2, "target.api",
+        "expected one of 'openai-completions', 'openai-chat', 'sglang', 'llamacpp', got 'grpc'"),
+    "literal_typo_gets_suggestion": Case(
+        "load:\n  rate: 2\n  arrival: posson\n", 3, "load.arrival", "(did you mean 'poisson'?)"),
+    "uniform_without_max": Case(
+        "workload:\n  input_len:\n    dist: uniform\n    min: 64\n", 2, "workload.input_len.max",
+        "required when dist is 'uniform'"),
+    "key_that_the_family_does_not_read": Case(
+        "workload:\n  output_len:\n    dist: fixed\n    value: 128\n    max: 512\n", 5,
+        "workload.output_len.max", "not used when dist is 'fixed'"),
+    "min_greater_than_max": Case(
+        "workload:\n  input_len:\n    dist: uniform\n    min: 10\n    max: 5\n", 5,
+        "workload.input_len.max", "must be >= min (10), got 5"),
+    "both_concurrency_and_rate": Case(
+        "load:\n  rate: 5\n  concurrency: 4\n", 3, "load.concurrency",
+        "give exactly one of `concurrency` (closed loop) or `rate` (open loop)"),
+    "neither_concurrency_nor_rate": Case(
+        "name: x\nload:\n  warmup_requests: 3\n", 2, "load.concurrency",
+        "give exactly one of `concurrency` (closed loop) or `rate` (open loop)"),
+    "max_in_flight_in_closed_loop": Case(
+        "load:\n  concurrency: 4\n  max_in_flight: 8\n", 3, "load.max_in_flight",
+        "only used with `rate` (open loop)"),
+    "endpoint_not_a_url": Case(
+        "target:\n  endpoint: localhost:8000\n", 2, "target.endpoint",
+        "expected 'embedded' or an http:// or https:// URL, got 'localhost:8000'"),
+    "empty_acceptance_while_speculating": Case(
+        "target:\n  sim:\n    speculative:\n      method: ngram\n      acceptance: []\n", 5,
+        "target.sim.speculative.acceptance", "needs at least one probability"),
+    "header_value_not_a_string": Case(
+        "target:\n  headers:\n    X-Tenant: 42\n", 3, "target.headers.X-Tenant",
+        "expected a string, got 42"),
+    "duplicate_key": Case(
+        "name: a\nload:\n  rate: 2\n  rate: 3\n", 4, "load.rate",
+        "duplicate key 'rate' (first given at line 3)"),
+    "non_string_key": Case(
+        "load:\n  concurrency: 2\n  7: x\n", 3, "load", "keys must be strings, got 7"),
+    "merge_key_refused": Case(
+        "load:\n  <<: {rate: 2}\n", 2, "load", "merge keys ('<<') are not supported"),
+    "mixture_component_with_bad_distribution": Case(
+        "workload:\n  input_len:\n    dist: mixture\n    components:\n      - weight: 1\n"
+        "        dist: {dist: fixed, value: 10}\n      - weight: 2\n        dist:\n"
+        "          dist: uniform\n          min: 100\n          max: 50\n",
+        11, "workload.input_len.components[1].dist.max", "must be >= min (100), got 50"),
+    "mixture_component_with_zero_weight": Case(
+        "workload:\n  input_len:\n    dist: mixture\n    components:\n"
+        "      - {weight: 0, dist: {dist: fixed, value: 3}}\n",
+        5, "workload.input_len.components[0].weight", "expected a number > 0, got 0"),
+    "mixture_component_without_distribution": Case(
+        "workload:\n  input_len:\n    dist: mixture\n    components:\n      - weight: 1\n",
+        5, "workload.input_len.components[0].dist.value", "required when dist is 'fixed'"),
+    "top_level_is_a_list": Case(
+        "- name: x\n- seed: 1\n", 1, "", "the top level must be a mapping of settings, got a list"),
+    "yaml_syntax_error": Case(
+        "name: x\nload:\n  rate: [1, 2\nseed: 3\n", 4, "", "YAML syntax error"),
+    "tab_indentation": Case(
+        "load:\n\trate: 2\n", 2, "", "YAML syntax error"),
+    "empty_file": Case(
+        "", None, "", "the file is empty, expected a mapping of settings"),
+    "comments_only": Case(
+        "# nothing here yet\n", None, "", "the file is empty"),
+}
+
+
+def _validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(["validate", str(path)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_one_line_error(err: str, file: str, line: int | None, path: str, reason: str) -> None:
+    assert err.endswith("\n") and err.count("\n") == 1, repr(err)
+    where = f"{file}:{line}:" if line else f"{file}:"
+    prefix = f"loadgate: {where} {path}: " if path else f"loadgate: {where} "
+    assert err.startswith(prefix), (err, prefix)
+    assert reason in err, (err, reason)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_malformed_profile_gives_one_line_error_with_file_line_key_and_reason(
+        name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case = CASES[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(case.text)
+    code, out, err = _validate(path, capsys)
+    assert code == 2
+    assert out == ""
+    _assert_one_line_error(err, str(path), case.line, case.path, case.reason)
+
+
+def test_missing_file_is_a_profile_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "nope.yaml"
+    code, _, err = _validate(path, capsys)
+    assert code == 2
+    _assert_one_line_error(err, str(path), None, "", "file not found")
+
+
+def test_non_utf8_file_is_a_profile_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    code, _, err = _validate(path, capsys)
+    assert code == 2
+    _assert_one_line_error(err, str(path), None, "", "not UTF-8 text")
+
+
+def test_alias_bomb_is_refused_not_expanded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    code, _, err = _validate(path, capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "too large" in err
+
+
+def test_syntax_error_reports_yaml_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "colon.yaml"
+    path.write_text("name: x\nload:\n  rate: 2\n  concurrency: a: b\n")
+    code, _, err = _validate(path, capsys)
+    assert code == 2
+    _assert_one_line_error(err, str(path), 4, "", "(line 4, column ")
+
+
+def test_cases_are_distinct_and_numerous() -> None:
+    assert len(CASES) >= 20
+    assert len({c.text for c in CASES.values()}) == len(CASES)
