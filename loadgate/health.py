@@ -1,0 +1,111 @@
+"""Client health: is the measuring client itself the bottleneck?
+
+- event-loop lag: a task asks to sleep `interval` and records how late it woke up; a busy loop
+  delays every receive stamp by about as much;
+- GC pauses: wall time between the `start` and `stop` callbacks of `gc.callbacks`;
+- client CPU: process user + system CPU seconds / wall seconds over the window (1.0 = one core
+  saturated: the client cannot keep up);
+- schedule lag (open loop): actual start - intended start of each request, taken from records.
+
+Budgets come from the profile's `health` section; `verdict` says which were exceeded and what to
+change. A run over budget is invalid (exit code 30): its figures describe the client, not the
+engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import resource
+from dataclasses import dataclass, field
+from time import perf_counter, perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class HealthMonitor:
+    interval_s: float = 0.005
+    lags_ms: list[float] = field(default_factory=list)
+    gc_pauses_ms: list[float] = field(default_factory=list)
+    _gc_start: int = 0
+    _task: asyncio.Task[None] | None = None
+    _cpu0: float = 0.0
+    _wall0: float = 0.0
+    cpu_fraction: float | None = None
+
+    def _gc_cb(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_start = perf_counter_ns()
+        elif self._gc_start:
+            self.gc_pauses_ms.append((perf_counter_ns() - self._gc_start) / 1e6)
+            self._gc_start = 0
+
+    async def _lag_loop(self) -> None:
+        while True:
+            t = perf_counter()
+            await asyncio.sleep(self.interval_s)
+            self.lags_ms.append(max(0.0, (perf_counter() - t - self.interval_s) * 1e3))
+
+    @staticmethod
+    def _cpu() -> float:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_utime + ru.ru_stime
+
+    def start(self) -> None:
+        gc.callbacks.append(self._gc_cb)
+        self._cpu0, self._wall0 = self._cpu(), perf_counter()
+        self._task = asyncio.get_running_loop().create_task(self._lag_loop())
+
+    async def stop(self) -> dict[str, Any]:
+        if self._gc_cb in gc.callbacks:
+            gc.callbacks.remove(self._gc_cb)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        wall = perf_counter() - self._wall0
+        self.cpu_fraction = (self._cpu() - self._cpu0) / wall if wall > 0 else None
+        lags = np.asarray(self.lags_ms)
+        return {
+            "loop_lag_ms": _pcts(lags),
+            "gc_pauses": len(self.gc_pauses_ms), "gc_pause_max_ms": max(self.gc_pauses_ms, default=0.0),
+            "gc_pause_total_ms": float(sum(self.gc_pauses_ms)),
+            "client_cpu_fraction": self.cpu_fraction,
+        }
+
+
+def _pcts(x: np.ndarray) -> dict[str, float | None]:
+    if x.size == 0:
+        return {"p50": None, "p99": None, "max": None, "samples": 0}
+    p50, p99 = np.percentile(x, [50, 99])
+    return {"p50": float(p50), "p99": float(p99), "max": float(x.max()), "samples": int(x.size)}
+
+
+def schedule_lag(records: list[dict[str, Any]]) -> dict[str, float | None] | None:
+    """Open loop only: ready - intended (how late the client noticed a request was due)."""
+    lags = [(r["ready_ns"] - r["intended_ns"]) / 1e6 for r in records if r.get("intended_ns") is not None]
+    return _pcts(np.asarray(lags)) if lags else None
+
+
+def verdict(health: dict[str, Any], budgets: Any) -> list[str]:
+    """Messages for every exceeded budget, each saying what to change; empty when healthy."""
+    out = []
+    lag = health["loop_lag_ms"]["p99"]
+    if lag is not None and lag > budgets.loop_lag_p99_ms:
+        out.append(f"client event-loop lag p99 was {lag:.1f} ms (budget {budgets.loop_lag_p99_ms:g} ms): "
+                   "use `load.workers: 2` or more, or lower the concurrency")
+    if health["gc_pause_max_ms"] > budgets.gc_pause_max_ms:
+        out.append(f"a client GC pause lasted {health['gc_pause_max_ms']:.1f} ms (budget "
+                   f"{budgets.gc_pause_max_ms:g} ms): use more workers or fewer requests per worker")
+    cpu = health.get("client_cpu_fraction")
+    if cpu is not None and cpu > budgets.cpu_max:
+        out.append(f"the client used {cpu:.0%} of a core (budget {budgets.cpu_max:.0%}): use more workers")
+    sl = health.get("schedule_lag_ms")
+    if sl and sl["p99"] is not None and sl["p99"] > budgets.schedule_lag_p99_ms:
+        out.append(f"open-loop schedule lag p99 was {sl['p99']:.1f} ms (budget {budgets.schedule_lag_p99_ms:g} ms): "
+                   "the client started requests late; use more workers or a lower rate")
+    return out

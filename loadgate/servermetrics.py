@@ -1,0 +1,115 @@
+"""Prometheus `/metrics`: scrape, parse (prometheus_client's text parser), delta, and sample.
+
+A `Snapshot` maps (sample name, sorted labels) to a value. Counter deltas between two snapshots
+taken at the measured window's boundaries give what the server did during the window; gauges
+sampled during the run (KV-cache usage, running and waiting requests) give min/mean/max.
+Names are matched with any engine prefix (`vllm:`, `sglang:`, `llamacpp:`) so one definition
+serves several engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+LabelKey = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    values: dict[tuple[str, LabelKey], float]
+
+    def total(self, name: str, **match: str) -> float | None:
+        """Sum of every sample called `name` whose labels include `match`; None when absent."""
+        hits = [v for (n, labels), v in self.values.items()
+                if n == name and all(dict(labels).get(k) == val for k, val in match.items())]
+        return sum(hits) if hits else None
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for (n, labels), v in self.values.items():
+            d = dict(labels)
+            if n == name and label in d:
+                out[d[label]] = out.get(d[label], 0.0) + v
+        return out
+
+
+def parse_metrics(text: str) -> Snapshot:
+    """Parse Prometheus text exposition into a Snapshot (counter samples keep their `_total`)."""
+    values: dict[tuple[str, LabelKey], float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            values[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return Snapshot(values)
+
+
+async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 10.0) -> Snapshot | None:
+    """Fetch and parse `url`; None when the server has no metrics endpoint or it fails."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            if r.status != 200:
+                return None
+            return parse_metrics(await r.text())
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+
+
+def delta(before: Snapshot, after: Snapshot, name: str, **match: str) -> float | None:
+    a, b = after.total(name, **match), before.total(name, **match)
+    if a is None:
+        return None
+    return a - (b or 0.0)
+
+
+def first_name(snap: Snapshot, candidates: Iterable[str]) -> str | None:
+    names = {n for n, _ in snap.values}
+    return next((c for c in candidates if c in names), None)
+
+
+GAUGES = {
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
+                       "llamacpp:kv_cache_usage_ratio"),
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
+}
+
+
+@dataclass
+class GaugeSampler:
+    """Polls `/metrics` every `interval_s` while running and keeps the gauges of `GAUGES`."""
+
+    session: aiohttp.ClientSession
+    url: str
+    interval_s: float = 0.5
+    samples: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in GAUGES})
+    _task: asyncio.Task[None] | None = None
+
+    async def _loop(self) -> None:
+        while True:
+            snap = await scrape(self.session, self.url)
+            if snap is not None:
+                for key, names in GAUGES.items():
+                    name = first_name(snap, names)
+                    if name is not None:
+                        v = snap.total(name)
+                        if v is not None:
+                            self.samples[key].append(v)
+            await asyncio.sleep(self.interval_s)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> dict[str, Any]:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        return {k: ({"samples": len(v), "min": min(v), "mean": sum(v) / len(v), "max": max(v)} if v else None)
+                for k, v in self.samples.items()}
