@@ -170,7 +170,7 @@ class Output:
 
 @dataclass(frozen=True)
 class Profile:
-    """The whole profile. `path` is set by the loader to the file it was read from."""
+    """A loadgate profile: the engine under test, what to send, how, and where results go."""
 
     name: str = knob("run", "name used in run ids and reports")
     seed: int = knob(0, "seed of the request plan", min=0)
@@ -179,7 +179,7 @@ class Profile:
     load: Load = field(default_factory=lambda: Load(concurrency=1),
                        metadata={"help": "how to send it"})
     output: Output = field(default_factory=Output, metadata={"help": "where results go"})
-    path: str = field(default="", metadata={"internal": True})
+    path: str = field(default="", metadata={"internal": True})  # set by the loader: the file read
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -26,8 +26,11 @@ recursive ones included. Scalars are read as YAML 1.1 (PyYAML) with these adjust
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import functools
+import json
 import math
 import re
 import types
@@ -208,10 +211,13 @@ class _Converter:
         return ProfileError(self.file, _line_of(self.lines, path), path, _one_line(reason))
 
     def expected(self, path: str, expect: str, value: Any) -> ProfileError:
-        hint = " (put it in quotes)" if expect == "a string" and _is_scalar(value) else ""
+        quote = expect == "a string" and not isinstance(value, (str, list, dict))
+        hint = " (put it in quotes)" if quote else ""
         return self.fail(path, f"expected {expect}, got {show(value)}{hint}")
 
     def dataclass(self, cls: type[T], data: Any, path: str) -> T:
+        if data is None and path:
+            raise self.fail(path, "expected a mapping, got null (an empty section: remove it or write {})")
         if not isinstance(data, dict):
             raise self.expected(path, "a mapping", data)
         fields = settable_fields(cls)
@@ -275,13 +281,7 @@ class _Converter:
         if len(arms) == 1:
             return self.value(arms[0], value, path, meta)
         expect = describe(tp, meta)
-        if isinstance(value, list):
-            shaped = [a for a in arms if get_origin(a) is tuple]
-        elif isinstance(value, dict):
-            shaped = [a for a in arms if get_origin(a) is dict or dataclasses.is_dataclass(a)]
-        else:
-            shaped = [a for a in arms if get_origin(a) not in (tuple, dict)
-                      and not dataclasses.is_dataclass(a)]
+        shaped = [a for a in arms if _shape(a) is _shape(type(value))]  # list, mapping or scalar
         if len(shaped) == 1:
             return self.value(shaped[0], value, path, meta, expect)
         for arm in shaped:
@@ -292,20 +292,21 @@ class _Converter:
         raise self.expected(path, expect, value)
 
 
+def _shape(tp: Any) -> type | None:
+    if get_origin(tp) in (tuple, list) or tp is list:
+        return list
+    return dict if get_origin(tp) is dict or tp is dict or dataclasses.is_dataclass(tp) else None
+
+
 def settable_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
     """The fields of dataclass `cls` that YAML may set (init fields not marked `internal`)."""
     return {f.name: f for f in dataclasses.fields(cls)
             if f.init and not f.metadata.get("internal")}
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
-    cached = _HINTS.get(cls)
-    if cached is None:
-        cached = _HINTS[cls] = get_type_hints(cls)
-    return cached
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
+    return get_type_hints(cls)
 
 
 def _as_number(tp: type, value: int | float) -> int | float | None:
@@ -351,58 +352,42 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _is_scalar(value: Any) -> bool:
-    return not isinstance(value, (str, list, dict))
-
-
 def show(value: Any) -> str:
     """A short, one-line rendering of a YAML value for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return repr(value if len(value) <= 60 else value[:57] + "...")
-    return repr(value)
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, (dict, list)):
+        return "a mapping" if isinstance(value, dict) else "a list"
+    return repr(value[:57] + "..." if isinstance(value, str) and len(value) > 60 else value)
 
 
 # ------------------------------------------------------------------------------------ describing
 
 
-def describe(tp: Any, meta: Any = None) -> str:
-    """What a value of annotation `tp` must look like, in words ("an integer >= 1")."""
+_NOUNS = {bool: ("true or false", "booleans"), int: ("an integer", "integers"),
+          float: ("a number", "numbers"), str: ("a string", "strings")}
+
+
+def describe(tp: Any, meta: Any = None, many: bool = False) -> str:
+    """What a value (or with `many`, values) of annotation `tp` must be: "an integer >= 1"."""
     meta = meta or {}
     origin, args = get_origin(tp), get_args(tp)
     if origin in (Union, types.UnionType):
         arms = [a for a in args if a is not type(None)]
         if len(arms) == 2 and get_origin(arms[1]) is tuple and get_args(arms[1])[0] == arms[0]:
-            return f"{describe(arms[0], meta)} or a list of them"
-        return " or ".join(describe(a, meta) for a in arms)
+            return f"{describe(arms[0], meta, many)} or a list of them"
+        return " or ".join(describe(a, meta, many) for a in arms)
     if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
+        return ("values from " if many else "one of ") + ", ".join(repr(a) for a in args)
     if origin is tuple:
-        return f"a list of {_plural(args[0], meta)}"
+        return "a list of " + describe(args[0], meta, True)
     if origin is dict:
-        return f"a mapping of string keys to {_plural(args[1], meta)}"
+        return "a mapping of string keys to " + describe(args[1], meta, True)
     if dataclasses.is_dataclass(tp):
-        return "a mapping"
-    base = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp)
-    if base is None:
+        return "mappings" if many else "a mapping"
+    if tp not in _NOUNS:
         raise TypeError(f"typed_yaml does not support the annotation {tp!r}")
-    return base + _bounds_text(meta) if tp in (int, float) else base
-
-
-def _plural(tp: Any, meta: Any) -> str:
-    text = describe(tp, meta)
-    for one, many in (("an integer", "integers"), ("a number", "numbers"), ("a string", "strings"),
-                      ("a mapping", "mappings"), ("true or false", "booleans")):
-        if text.startswith(one):
-            return many + text[len(one):]
-    return f"values that are each {text}"
+    return _NOUNS[tp][many] + (_bounds_text(meta) if tp in (int, float) else "")
 
 
 def _bounds_text(meta: Any) -> str:
@@ -457,15 +442,12 @@ def _object_schema(cls: type, defs: dict[str, dict[str, Any]], refs: set[str]) -
         prop = _type_schema(_hints(cls)[name], f.metadata, defs, refs)
         if "help" in f.metadata:
             prop["description"] = f.metadata["help"]
-        if f.default is not dataclasses.MISSING:
-            default = _json_value(f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            default = _json_value(f.default_factory())
-        else:
-            default = _NO_JSON
+        if f.default is f.default_factory is dataclasses.MISSING:
             required.append(name)
-        if default is not _NO_JSON:
-            prop["default"] = default
+        else:
+            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+            with contextlib.suppress(TypeError, ValueError):  # left out if not JSON-serializable
+                prop["default"] = json.loads(json.dumps(default, allow_nan=False, default=_changed))
         props[name] = prop
     node.update(properties=props, additionalProperties=False)
     if required:
@@ -499,27 +481,13 @@ def _type_schema(tp: Any, meta: Any, defs: dict[str, dict[str, Any]], refs: set[
     return out
 
 
-_NO_JSON = object()
-
-
-def _json_value(value: Any) -> Any:
-    """`value` as JSON data, or `_NO_JSON`. A dataclass becomes the mapping of the fields that
-    differ from the class defaults (all settable fields if the class has required ones)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        try:
-            blank: Any = type(value)()
-        except TypeError:
-            blank = None
-        out = {name: _json_value(getattr(value, name)) for name in settable_fields(type(value))
-               if blank is None or getattr(value, name) != getattr(blank, name)}
-        return _NO_JSON if _NO_JSON in out.values() else out
-    if isinstance(value, (tuple, list)):
-        items = [_json_value(v) for v in value]
-        return _NO_JSON if _NO_JSON in items else items
-    if isinstance(value, dict):
-        mapped = {str(k): _json_value(v) for k, v in value.items()}
-        return _NO_JSON if _NO_JSON in mapped.values() else mapped
-    if isinstance(value, float) and not math.isfinite(value):
-        return _NO_JSON
-    return value if isinstance(value, (str, int, float, bool)) or value is None else _NO_JSON
-
+def _changed(obj: Any) -> dict[str, Any]:
+    """A dataclass instance as the mapping of its settable fields that differ from the defaults."""
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        raise TypeError(f"not JSON-serializable: {obj!r}")
+    try:
+        blank: Any = type(obj)()
+    except TypeError:  # required fields: show them all
+        blank = None
+    return {name: getattr(obj, name) for name in settable_fields(type(obj))
+            if blank is None or getattr(obj, name) != getattr(blank, name)}

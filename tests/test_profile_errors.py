@@ -137,6 +137,11 @@ CASES: dict[str, Case] = {
     "mixture_component_without_distribution": Case(
         "workload:\n  input_len:\n    dist: mixture\n    components:\n      - weight: 1\n",
         5, "workload.input_len.components[0].dist.value", "required when dist is 'fixed'"),
+    "empty_section": Case(
+        "target:\n  sim:\n    # speculative: {method: ngram}\nseed: 1\n", 2, "target.sim",
+        "expected a mapping, got null (an empty section: remove it or write {})"),
+    "long_string_is_shortened_in_message": Case(
+        "target:\n  api: " + "x" * 200 + "\n", 2, "target.api", "got '" + "x" * 57 + "...'"),
     "top_level_is_a_list": Case(
         "- name: x\n- seed: 1\n", 1, "", "the top level must be a mapping of settings, got a list"),
     "yaml_syntax_error": Case(
