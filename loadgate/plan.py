@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from loadgate.profile import Load, Profile, Workload
 from loadgate.workload.lengths import draw_lengths
 
 _WARMUP_SEED_SALT = 0x5EED_0001
+_MEASURED_SALT = 0x5EED_0000
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,23 +30,34 @@ class PlannedRequest:
     intended_offset_ns: int | None = None  # open loop: offset from the measured phase's start
 
 
-def _prompts(w: Workload, n: int, rng: np.random.Generator, pool: np.ndarray,
-             base_dir: Path) -> list[tuple[tuple[int, ...], int]]:
-    isl = draw_lengths(w.input_len, n, rng, base_dir)
-    osl = draw_lengths(w.output_len, n, rng, base_dir)
-    prefixes: list[np.ndarray] = []
-    if w.shared_prefix is not None:
-        prefixes = [rng.choice(pool, size=w.shared_prefix.prefix_len) for _ in range(w.shared_prefix.groups)]
-    out = []
-    for k in range(n):
-        length = int(isl[k])
-        if prefixes:
-            pre = prefixes[k % len(prefixes)][:length]
-            ids = np.concatenate([pre, rng.choice(pool, size=length - len(pre))])
+class _Requests:
+    """Requests of one kind (warmup or measured), materialized on access so memory stays flat:
+    lengths are drawn up front (two int64 arrays); each prompt comes from its own RNG stream
+    `(seed, salt, k)`, so request k is the same whoever asks and in whatever order."""
+
+    def __init__(self, w: Workload, n: int, seed: int, salt: int, pool: np.ndarray, base_dir: Path) -> None:
+        rng = np.random.default_rng([seed, salt])
+        self.isl = draw_lengths(w.input_len, n, rng, base_dir)
+        self.osl = draw_lengths(w.output_len, n, rng, base_dir)
+        self.prefixes: list[np.ndarray] = []
+        if w.shared_prefix is not None:
+            prng = np.random.default_rng([seed, salt, 0xF1E1D])
+            self.prefixes = [prng.choice(pool, size=w.shared_prefix.prefix_len)
+                             for _ in range(w.shared_prefix.groups)]
+        self.seed, self.salt, self.pool = seed, salt, pool
+
+    def __len__(self) -> int:
+        return len(self.isl)
+
+    def prompt(self, k: int) -> tuple[int, ...]:
+        length = int(self.isl[k])
+        rng = np.random.default_rng([self.seed, self.salt, k])
+        if self.prefixes:
+            pre = self.prefixes[k % len(self.prefixes)][:length]
+            ids = np.concatenate([pre, rng.choice(self.pool, size=length - len(pre))])
         else:
-            ids = rng.choice(pool, size=length)
-        out.append((tuple(int(x) for x in ids), int(osl[k])))
-    return out
+            ids = rng.choice(self.pool, size=length)
+        return tuple(ids.tolist())
 
 
 def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int]:
@@ -66,21 +79,51 @@ def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int
     return [int(x) for x in np.rint(np.cumsum(gaps) * 1e9)]
 
 
-def build_plan(profile: Profile, token_pool: Sequence[int]) -> list[PlannedRequest]:
-    """Warmup requests first (i = 0..W-1), then the measured ones."""
-    pool = np.asarray(token_pool, dtype=np.int64)
-    if pool.size == 0:
-        raise ValueError("empty token pool")
-    base_dir = Path(profile.path).parent if profile.path else Path.cwd()
-    w, load = profile.workload, profile.load
-    rng = np.random.default_rng(profile.seed)
-    measured = _prompts(w, w.requests, rng, pool, base_dir)
-    offsets: list[int | None] = [None] * w.requests
-    if load.rate is not None:
-        offsets = list(arrival_offsets_ns(load, w.requests, np.random.default_rng([profile.seed, 1])))
-    wrng = np.random.default_rng([profile.seed, _WARMUP_SEED_SALT])
-    warm = _prompts(w, load.warmup_requests, wrng, pool, base_dir)
-    plan = [PlannedRequest(k, True, ids, osl) for k, (ids, osl) in enumerate(warm)]
-    base = len(plan)
-    plan += [PlannedRequest(base + k, False, ids, osl, offsets[k]) for k, (ids, osl) in enumerate(measured)]
-    return plan
+class Plan(Sequence[PlannedRequest]):
+    """Warmup requests first (i = 0..W-1), then the measured ones. A lazy, immutable sequence:
+    `plan[i]` builds request i on demand, identically every time."""
+
+    def __init__(self, profile: Profile, token_pool: Sequence[int]) -> None:
+        pool = np.asarray(token_pool, dtype=np.int64)
+        if pool.size == 0:
+            raise ValueError("empty token pool")
+        base_dir = Path(profile.path).parent if profile.path else Path.cwd()
+        w, load = profile.workload, profile.load
+        self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir)
+        self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir)
+        self.offsets: list[int] | None = None
+        if load.rate is not None:
+            self.offsets = arrival_offsets_ns(load, w.requests, np.random.default_rng([profile.seed, 1]))
+        self.n_warmup = len(self.warm)
+
+    def __len__(self) -> int:
+        return self.n_warmup + len(self.measured)
+
+    @overload
+    def __getitem__(self, i: int) -> PlannedRequest: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[PlannedRequest]: ...
+
+    def __getitem__(self, i: int | slice) -> PlannedRequest | list[PlannedRequest]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i < self.n_warmup:
+            return PlannedRequest(i, True, self.warm.prompt(i), int(self.warm.osl[i]))
+        k = i - self.n_warmup
+        off = None if self.offsets is None else self.offsets[k]
+        return PlannedRequest(i, False, self.measured.prompt(k), int(self.measured.osl[k]), off)
+
+    def warmup_requests(self) -> range:
+        return range(self.n_warmup)
+
+    def measured_requests(self) -> range:
+        return range(self.n_warmup, len(self))
+
+
+def build_plan(profile: Profile, token_pool: Sequence[int]) -> Plan:
+    return Plan(profile, token_pool)

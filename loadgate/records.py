@@ -55,6 +55,17 @@ class RecordWriter:
         self._f.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
         self.count += 1
 
+    def append_file(self, part: Path) -> int:
+        """Append the whole lines of another records file (a worker's part); returns how many."""
+        n = 0
+        with open(part, "rb") as src:
+            for line in src:
+                if line.endswith(b"\n"):
+                    self._f.write(line)
+                    n += 1
+        self.count += n
+        return n
+
     def close(self) -> None:
         try:
             os.fsync(self._f.fileno())

@@ -17,7 +17,7 @@ def prof(seed=1, warm=0, **w):
 
 
 def test_same_seed_same_bytes_and_other_seed_differs():
-    a, b, c = build_plan(prof(), POOL), build_plan(prof(), POOL), build_plan(prof(seed=2), POOL)
+    a, b, c = list(build_plan(prof(), POOL)), list(build_plan(prof(), POOL)), list(build_plan(prof(seed=2), POOL))
     assert a == b and a != c
 
 
