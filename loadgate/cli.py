@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -50,6 +51,28 @@ def run(profile: str, quiet: bool) -> None:
         sys.exit(code)
 
 
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON instead of tables")
+def report(run_dir: str, as_json: bool) -> None:
+    """Re-render a finished run from its files alone (records.jsonl, meta.json, …)."""
+    from pathlib import Path
+
+    from loadgate.errors import UsageError
+    from loadgate.jsonutil import clean
+    from loadgate.report.table import render_summary
+    from loadgate.summary import build_summary
+
+    path = Path(run_dir)
+    if not (path / "records.jsonl").exists() or not (path / "meta.json").exists():
+        raise UsageError(f"{run_dir}: not a loadgate run folder (records.jsonl and meta.json expected)")
+    summary = build_summary(path)
+    if as_json:
+        click.echo(orjson.dumps(clean(summary), option=orjson.OPT_INDENT_2).decode())
+    else:
+        click.echo(render_summary(summary))
+
+
 def _add_optional_commands() -> None:
     from loadgate.sim.cli import sim
 
@@ -80,4 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except SystemExit as e:
         return int(e.code or 0) if not isinstance(e.code, str) else 1
+    except Exception as e:  # a bug in loadgate: one line, the traceback only on request
+        if os.environ.get("LOADGATE_DEBUG"):
+            raise
+        click.echo(f"loadgate: internal error: {type(e).__name__}: {e} (set LOADGATE_DEBUG=1 for the traceback)",
+                   err=True)
+        return 1
     return 0

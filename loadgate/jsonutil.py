@@ -9,13 +9,13 @@ from typing import Any
 import orjson
 
 
-def _clean(x: Any) -> Any:
+def clean(x: Any) -> Any:
     if isinstance(x, float) and math.isinf(x):
         return "inf" if x > 0 else "-inf"
     if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
+        return {k: clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [clean(v) for v in x]
     return x
 
 
@@ -32,7 +32,7 @@ def _restore(x: Any) -> Any:
 
 
 def dump_json(path: Path, obj: Any) -> None:
-    path.write_bytes(orjson.dumps(_clean(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    path.write_bytes(orjson.dumps(clean(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 def load_json(path: Path) -> Any:

@@ -140,6 +140,8 @@ class Load:
     duration_s: float | None = knob(None, "stop starting requests after this many seconds",
                                     exclusive_min=0.0)
     stream: bool = knob(True, "stream responses (SSE)")
+    workers: int = knob(1, "client processes, each with its own event loop; raise it when the "
+                        "client health check says the loop lagged", min=1, max=64)
 
     def check(self) -> list[tuple[str, str]]:
         """Exactly one of concurrency and rate; open-loop-only knobs only with rate."""
@@ -151,6 +153,28 @@ class Load:
             return [("max_in_flight", "only used with `rate` (open loop); closed loop keeps "
                      "`concurrency` requests in flight")]
         return []
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Per-request service levels for goodput; a request counts as good when it succeeded and met
+    every level given."""
+
+    ttft_ms: float | None = knob(None, "time to first token at most this", exclusive_min=0.0)
+    tpot_ms: float | None = knob(None, "time per output token after the first at most this", exclusive_min=0.0)
+    e2e_ms: float | None = knob(None, "end-to-end latency at most this", exclusive_min=0.0)
+
+
+@dataclass(frozen=True)
+class HealthBudgets:
+    """Limits on the client's own health; exceeding one makes the run invalid (exit code 30)."""
+
+    loop_lag_p99_ms: float = knob(10.0, "event-loop lag p99 (each receive stamp is late by about this)",
+                                  exclusive_min=0.0)
+    gc_pause_max_ms: float = knob(50.0, "longest garbage-collection pause", exclusive_min=0.0)
+    cpu_max: float = knob(0.95, "client CPU as a fraction of one core, per worker process", exclusive_min=0.0)
+    schedule_lag_p99_ms: float = knob(10.0, "open loop: p99 of how late requests were noticed as due",
+                                      exclusive_min=0.0)
 
 
 @dataclass(frozen=True)
@@ -178,6 +202,9 @@ class Profile:
     workload: Workload = field(default_factory=Workload, metadata={"help": "what to send"})
     load: Load = field(default_factory=lambda: Load(concurrency=1),
                        metadata={"help": "how to send it"})
+    slo: Slo = field(default_factory=Slo, metadata={"help": "service levels for goodput"})
+    health: HealthBudgets = field(default_factory=HealthBudgets,
+                                  metadata={"help": "client health budgets (run validity)"})
     output: Output = field(default_factory=Output, metadata={"help": "where results go"})
     path: str = field(default="", metadata={"internal": True})  # set by the loader: the file read
 

@@ -22,15 +22,16 @@ import orjson
 from tqdm import tqdm
 
 from loadgate import __version__
-from loadgate.attack import Target, closed_loop, make_session, open_loop
-from loadgate.engines import adapter_for
-from loadgate.errors import EngineError
+from loadgate.attack import make_session
+from loadgate.errors import EngineError, MeasurementInvalid
 from loadgate.jsonutil import dump_json
-from loadgate.metrics import summarize
-from loadgate.plan import PlannedRequest, build_plan
+from loadgate.phase import Phase, TargetSpec, run_phase_here, run_phase_workers
+from loadgate.plan import Plan, build_plan
 from loadgate.profile import Profile
-from loadgate.records import RecordWriter, read_records
+from loadgate.records import RecordWriter
 from loadgate.report.table import render_summary
+from loadgate.servermetrics import GaugeSampler, scrape
+from loadgate.summary import build_summary, snapshot_to_json
 from loadgate.workload.text import filler_text
 
 T = TypeVar("T")
@@ -111,54 +112,66 @@ def levels(profile: Profile) -> list[int | float]:
     return list(c) if isinstance(c, tuple) else [c or 1]
 
 
-async def _send(t: Target, reqs: list[PlannedRequest], level: int | float, profile: Profile,
-                writer: RecordWriter, tag: str, t0: int, bar: tqdm) -> None:
-    def done(_: dict[str, Any]) -> None:
-        bar.update(1)
-
-    stop = None if profile.load.duration_s is None else perf_counter_ns() + int(profile.load.duration_s * 1e9)
-    if profile.load.rate is not None:
-        await open_loop(t, reqs, float(level), writer, run_tag=tag, t0_ns=t0, start_ns=perf_counter_ns(),
-                        max_in_flight=profile.load.max_in_flight, on_done=done, stop_at_ns=stop)
-    else:
-        await closed_loop(t, reqs, int(level), writer, run_tag=tag, t0_ns=t0, on_done=done, stop_at_ns=stop)
+async def _phase(spec: TargetSpec, profile: Profile, plan: Plan, pool: list[int], phase: Phase,
+                 run_dir: Path, writer: RecordWriter, bar: tqdm) -> list[dict[str, Any]]:
+    if profile.load.workers > 1:
+        return await run_phase_workers(spec, profile, pool, phase, profile.load.workers, run_dir, writer,
+                                       on_progress=bar.update)
+    return await run_phase_here(spec, plan, phase, writer, on_done=lambda _: bar.update(1))
 
 
-async def _run(profile: Profile, progress: bool) -> tuple[Path, dict[str, Any]]:
+async def _run(profile: Profile, progress: bool) -> Path:
     async with engine_url(profile) as base, make_session(profile.target.headers) as session:
         model = profile.target.model or await discover_model(session, base)
-        plan = build_plan(profile, await token_pool(session, base, model))
-        adapter = adapter_for(profile.target.api)
-        target = Target(session, base + adapter.path, adapter, model, profile.target.timeout_s,
-                        stream=profile.load.stream)
+        pool = await token_pool(session, base, model)
+        plan = build_plan(profile, pool)
+        spec = TargetSpec(base, profile.target.api, model, profile.target.timeout_s, stream=profile.load.stream,
+                          headers=dict(profile.target.headers))
+        metrics_url = profile.target.metrics_url or base + "/metrics"
         run_dir = new_run_dir(profile)
         t0 = perf_counter_ns()
-        meta = {"loadgate": __version__, "run_id": run_dir.name, "profile": dataclasses.asdict(profile),
-                "engine_url": base, "api": profile.target.api, "model": model, "t0_ns": t0,
-                "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
-                "levels": levels(profile)}
-        dump_json(run_dir / "meta.json", meta)
-        warm = [r for r in plan if r.warmup]
-        measured = [r for r in plan if not r.warmup]
-        total = (len(warm) + len(measured)) * len(levels(profile))
+        dump_json(run_dir / "meta.json", {
+            "loadgate": __version__, "run_id": run_dir.name, "profile": dataclasses.asdict(profile),
+            "engine_url": base, "api": profile.target.api, "model": model, "t0_ns": t0,
+            "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
+            "levels": levels(profile), "token_pool_size": len(pool)})
+        server: dict[str, Any] = {}
+        health: dict[str, Any] = {}
+        total = len(plan) * len(levels(profile))
+        load = profile.load
         with RecordWriter(run_dir / "records.jsonl") as writer, \
                 tqdm(total=total, desc=profile.name, unit="req", file=sys.stderr,
                      disable=None if progress else True, leave=False) as bar:
             for level in levels(profile):
-                if warm:
-                    await _send(target, warm, level, profile, writer, f"{run_dir.name}-L{level}-w", t0, bar)
-                await _send(target, measured, level, profile, writer, f"{run_dir.name}-L{level}", t0, bar)
-    records = list(read_records(run_dir / "records.jsonl"))
-    summary = {"run_id": run_dir.name, "levels": {}}
-    for level in levels(profile):
-        summary["levels"][str(level)] = summarize([r for r in records if r["level"] == level])
-    dump_json(run_dir / "summary.json", summary)
-    return run_dir, summary
+                tag = f"{run_dir.name}-L{level}"
+                if plan.n_warmup:
+                    await _phase(spec, profile, plan, pool, Phase(plan.warmup_requests(), level, load.rate is not None,
+                                 tag + "w", t0, load.max_in_flight), run_dir, writer, bar)
+                before = await scrape(session, metrics_url)
+                sampler = GaugeSampler(session, metrics_url)
+                if before is not None:
+                    sampler.start()
+                health[str(level)] = await _phase(
+                    spec, profile, plan, pool, Phase(plan.measured_requests(), level, load.rate is not None, tag, t0,
+                                                     load.max_in_flight, load.duration_s), run_dir, writer, bar)
+                gauges = await sampler.stop()
+                after = await scrape(session, metrics_url)
+                server[str(level)] = {
+                    "before": None if before is None else snapshot_to_json(before),
+                    "after": None if after is None else snapshot_to_json(after), "gauges": gauges}
+        dump_json(run_dir / "server.json", server)
+        dump_json(run_dir / "health.json", health)
+    return run_dir
 
 
 def run_profile(profile: Profile, *, progress: bool = True) -> int:
     """Run a profile end to end; print the table; return the exit code."""
-    run_dir, summary = run_async(_run(profile, progress))
-    print(render_summary(summary, profile))
+    run_dir = run_async(_run(profile, progress))
+    summary = build_summary(run_dir)
+    dump_json(run_dir / "summary.json", summary)
+    print(render_summary(summary))
     print(f"\nrecords: {run_dir / 'records.jsonl'}\nsummary: {run_dir / 'summary.json'}")
+    if not summary["valid"]:
+        problems = [p for s in summary["levels"].values() for p in s["invalid"]]
+        raise MeasurementInvalid("measurement invalid: " + "; ".join(problems))
     return 0

@@ -40,16 +40,53 @@ def level_table(s: dict[str, Any]) -> str:
                     disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right", "right"))
 
 
-def render_summary(summary: dict[str, Any], profile: Any | None = None) -> str:
+def _acceptance_lines(a: dict[str, Any]) -> list[str]:
+    out = []
+    pr, ct, rc = a.get("per_request"), a.get("counters"), a.get("reconciliation")
+    if pr:
+        out.append(f"acceptance length {fmt(pr['acceptance_length'], 3)} from per-request fields ({pr['source']}): "
+                   f"{pr['formula']}; {pr['accepted']} accepted / {pr['verify_steps']} verify steps")
+    if ct and ct.get("drafts"):
+        rate = "" if ct["acceptance_rate"] is None else f", draft acceptance rate {ct['acceptance_rate']:.1%}"
+        out.append(f"acceptance length {fmt(ct['acceptance_length'], 3)} from /metrics: {ct['formula']}{rate}")
+    if rc:
+        out.append(("sources agree" if rc["agree"] else "SOURCES DISAGREE")
+                   + f" (relative difference {rc['relative_difference']:.2%}, tolerance {rc['tolerance']:.0%})")
+    return out
+
+
+def render_summary(summary: dict[str, Any]) -> str:
     out: list[str] = []
     for level, s in summary["levels"].items():
-        kind = "rate" if profile is not None and profile.load.rate is not None else "concurrency"
         t = s["throughput"]
         errs = ", ".join(f"{k} {v}" for k, v in sorted(s["errors"].items())) or "none"
-        out.append(f"\n{kind} {level}: {s['requests']} requests, {s['succeeded']} succeeded, "
-                   f"{s['failed']} failed (errors: {errs})")
+        out.append(f"\n{summary.get('load', 'concurrency')} {level}: {s['requests']} requests, {s['succeeded']} "
+                   f"succeeded, {s['failed']} failed (errors: {errs})")
         out.append(level_table(s))
         out.append(f"output throughput {fmt(t['output_token_throughput'], 1)} tok/s · "
                    f"input {fmt(t['input_token_throughput'], 1)} tok/s · "
                    f"requests {fmt(t['request_throughput'], 2)} /s · window {fmt(t['window_s'], 2)} s")
+        if s.get("goodput"):
+            g = s["goodput"]
+            out.append(f"goodput {fmt(g['goodput_rps'], 2)} req/s ({g['fraction']:.1%} of requests met "
+                       + ", ".join(f"{k} <= {v:g}" for k, v in g["slo_ms"].items()) + ")")
+        out += _acceptance_lines(s.get("acceptance") or {})
+        tc = s.get("token_counts")
+        if tc:
+            out.append(f"token counts vs plan: {tc['prompt_mismatches']} prompt and {tc['completion_mismatches']} "
+                       f"completion mismatches in {tc['checked']} requests"
+                       + (f" ({tc['prompt_unverified']} prompts unverified: server gave no count)"
+                          if tc["prompt_unverified"] else ""))
+        gauges = s.get("server_gauges") or {}
+        parts = [f"{k} {fmt(v['min'])}/{fmt(v['mean'])}/{fmt(v['max'])}" for k, v in gauges.items() if v]
+        if parts:
+            out.append("server (min/mean/max): " + " · ".join(parts))
+        h = s.get("client_health")
+        if h and h["loop_lag_ms"]["p99"] is not None:
+            cpu = h["client_cpu_fraction"]
+            out.append(f"client: loop lag p99 {fmt(h['loop_lag_ms']['p99'])} ms, GC pause max "
+                       f"{fmt(h['gc_pause_max_ms'])} ms, CPU {'n/a' if cpu is None else f'{cpu:.0%}'} "
+                       f"of a core, {h['workers']} worker(s)")
+        for msg in s.get("invalid") or []:
+            out.append(f"INVALID: {msg}")
     return "\n".join(out)
