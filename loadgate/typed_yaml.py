@@ -21,7 +21,11 @@ recursive ones included. Scalars are read as YAML 1.1 (PyYAML) with these adjust
 * A plain scalar in exponent form without a dot (`1e3`, `5E-2`), a string in YAML 1.1, is read as
   a float as YAML 1.2 would. YAML 1.1 octals (`010`) and base-60 numbers (`1:30`) stay strings,
   so they are refused where a number is expected instead of becoming 8 or 90.
-* Timestamps stay strings; merge keys (`<<`) and custom tags are refused.
+* Timestamps stay strings; merge keys (`<<`), custom tags and non-string keys are refused.
+* A section left empty (`sim:` with its keys commented out) is null, and refused with a hint.
+
+Keys are checked in file order, so the first problem in the file is the one reported; a key missing
+from a mapping is reported at the line of that mapping's key.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import functools
 import json
 import math
 import re
@@ -178,6 +181,8 @@ class _NodeReader:
 class _ExponentFloat(float):
     """A plain `1e3`: a number where one is expected, its text where a string is (as YAML 1.1)."""
 
+    text: str
+
     def __new__(cls, text: str) -> _ExponentFloat:
         self = super().__new__(cls, text)
         self.text = text
@@ -221,7 +226,7 @@ class _Converter:
         if not isinstance(data, dict):
             raise self.expected(path, "a mapping", data)
         fields = settable_fields(cls)
-        hints = _hints(cls)
+        hints = get_type_hints(cls)
         for key in data:
             if not isinstance(key, str):
                 raise self.fail(path, f"keys must be strings, got {show(key)}")
@@ -302,11 +307,6 @@ def settable_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
     """The fields of dataclass `cls` that YAML may set (init fields not marked `internal`)."""
     return {f.name: f for f in dataclasses.fields(cls)
             if f.init and not f.metadata.get("internal")}
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return get_type_hints(cls)
 
 
 def _as_number(tp: type, value: int | float) -> int | float | None:
@@ -438,8 +438,9 @@ def _object_schema(cls: type, defs: dict[str, dict[str, Any]], refs: set[str]) -
         node["description"] = _one_line(cls.__doc__)
     props: dict[str, Any] = {}
     required = []
+    hints = get_type_hints(cls)
     for name, f in settable_fields(cls).items():
-        prop = _type_schema(_hints(cls)[name], f.metadata, defs, refs)
+        prop = _type_schema(hints[name], f.metadata, defs, refs)
         if "help" in f.metadata:
             prop["description"] = f.metadata["help"]
         if f.default is f.default_factory is dataclasses.MISSING:
@@ -464,9 +465,9 @@ def _type_schema(tp: Any, meta: Any, defs: dict[str, dict[str, Any]], refs: set[
         return {"type": "array", "items": _type_schema(args[0], meta, defs, refs)}
     if origin is dict:
         return {"type": "object", "additionalProperties": _type_schema(args[1], meta, defs, refs)}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         refs.add(tp.__name__)
-        _object_schema(tp, defs, refs)  # type: ignore[arg-type]
+        _object_schema(tp, defs, refs)
         return {"$ref": f"#/$defs/{tp.__name__}"}
     if tp is type(None):
         return {"type": "null"}

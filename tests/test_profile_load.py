@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import sys
 import types
@@ -83,14 +84,19 @@ def test_quickstart_loads_to_the_newcomer_run_on_the_embedded_simulator() -> Non
 def test_quickstart_keeps_simulator_defaults_so_it_stays_fast() -> None:
     sim = load_profile(QUICKSTART).target.sim
     assert dataclasses.replace(sim, speculative=SimConfig().speculative) == SimConfig()
-    # Rough upper bound of the run time: every request decodes 128 tokens at one token per step
-    # (no accepted drafts), in waves of `concurrency`, each step paying the full batch cost.
+    # Pessimistic run time: requests go in full waves of `concurrency`; each verify step pays the
+    # batch cost plus drafting and verifying k tokens for every sequence, and emits the expected
+    # acceptance length (bonus token included) per sequence.
     p = load_profile(QUICKSTART)
-    n, c = p.workload.requests + p.load.warmup_requests, p.load.concurrency
-    assert isinstance(c, int)
-    step_s = (sim.decode_step_us + (c - 1) * sim.decode_us_per_seq
-              + sim.speculative.k * (sim.verify_us_per_token + sim.draft_us_per_token)) / 1e6
-    assert -(-n // c) * 128 * step_s < 60
+    n, c, spec = p.workload.requests + p.load.warmup_requests, p.load.concurrency, sim.speculative
+    assert isinstance(c, int) and p.workload.output_len.value == 128
+    probs = [spec.acceptance[min(i, len(spec.acceptance) - 1)] for i in range(spec.k)]
+    tokens_per_step = 1 + sum(math.prod(probs[:i + 1]) for i in range(spec.k))
+    step_us = (sim.decode_step_us + (c - 1) * sim.decode_us_per_seq
+               + c * spec.k * (sim.verify_us_per_token + sim.draft_us_per_token))
+    prefill_us = c * 512 * sim.prefill_us_per_token
+    waves = -(-n // c)
+    assert waves * (math.ceil(128 / tokens_per_step) * step_us + prefill_us) / 1e6 < 40
 
 
 def test_example_full_loads_with_every_section_set() -> None:
@@ -108,6 +114,7 @@ def test_example_full_loads_with_every_section_set() -> None:
     assert (p.load.rate, p.load.arrival, p.load.max_in_flight) == (8.0, "gamma", 256)
     assert p.load.concurrency is None
     assert p.output.run_id == "example-full-001"
+    assert (p.slo.ttft_ms, p.health.cpu_max, p.load.workers) == (500.0, 0.95, 1)
     assert isinstance(p.load.duration_s, float) and isinstance(p.target.timeout_s, float)
 
 
