@@ -45,6 +45,9 @@ class Target:
     keep_ids: bool = False
     sampling: Sampling = field(default_factory=Sampling)
     extra: dict[str, Any] = field(default_factory=dict)
+    # text-only APIs: the text of each pool id, and the tokens the chat template adds
+    pool_text: dict[int, str] | None = None
+    prompt_overhead: int | None = 0
 
 
 @dataclass
@@ -109,7 +112,8 @@ def decode(t: Target, raw: Raw) -> Decoded:
 
 
 def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: float | int,
-              ready_ns: int, intended_ns: int | None, keep_ids: bool) -> dict[str, Any]:
+              ready_ns: int, intended_ns: int | None, keep_ids: bool, prompt_overhead: int | None = 0) -> dict[str, Any]:
+    planned_prompt = None if req.prompt_len is None or prompt_overhead is None else req.prompt_len + prompt_overhead
     rec: dict[str, Any] = {
         "v": SCHEMA_VERSION, "i": req.i, "warmup": req.warmup, "level": level,
         "intended_ns": None if intended_ns is None else intended_ns - t0_ns,
@@ -117,7 +121,7 @@ def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: f
         "headers_ns": None if raw.headers_ns is None else raw.headers_ns - t0_ns,
         "end_ns": raw.end_ns - t0_ns, "status": raw.status,
         "error": None if d.error is None else {"kind": d.error.kind, "detail": d.error.detail[:300]},
-        "prompt_tokens_planned": len(req.prompt_ids), "output_tokens_planned": req.output_len,
+        "prompt_tokens_planned": planned_prompt, "output_tokens_planned": req.output_len,
         "prompt_tokens": d.prompt_tokens, "completion_tokens": d.completion_tokens,
         "chunk_ns": [c.t_ns - raw.start_ns for c in d.chunks],
         "chunk_tokens": [c.n_tokens for c in d.chunks],
@@ -133,8 +137,11 @@ def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: f
 
 
 def body_for(t: Target, req: PlannedRequest) -> bytes:
-    g = GenRequest(max_tokens=req.output_len, prompt_ids=req.prompt_ids, stream=t.stream,
-                   logprobs=t.logprobs, sampling=t.sampling, extra=t.extra)
+    ids, text = req.prompt_ids, req.prompt_text
+    if ids is not None and t.pool_text is not None:  # a text-only API: send the ids' exact text
+        ids, text = None, "".join(t.pool_text[i] for i in req.prompt_ids)  # type: ignore[union-attr]
+    g = GenRequest(max_tokens=req.output_len, prompt_ids=ids, prompt_text=text, messages=req.messages,
+                   stream=t.stream, logprobs=t.logprobs, sampling=t.sampling, extra=t.extra)
     return orjson.dumps(t.adapter.build_body(g, t.model))
 
 
@@ -143,7 +150,8 @@ async def run_one(t: Target, req: PlannedRequest, run_tag: str, *, t0_ns: int, l
     body = body_for(t, req)
     raw = await fetch(t, body, f"{run_tag}-{req.i}")
     return to_record(req, raw, decode(t, raw), t0_ns=t0_ns, level=level, ready_ns=ready_ns,
-                     intended_ns=intended_ns, keep_ids=t.keep_ids)
+                     intended_ns=intended_ns, keep_ids=t.keep_ids,
+                     prompt_overhead=t.prompt_overhead if t.pool_text is not None else 0)
 
 
 async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: int, writer: RecordWriter,

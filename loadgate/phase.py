@@ -47,12 +47,15 @@ class TargetSpec:
     headers: dict[str, str] = field(default_factory=dict)
     sampling: Sampling = field(default_factory=Sampling)
     extra: dict[str, Any] = field(default_factory=dict)
+    pool_text: dict[int, str] | None = None
+    prompt_overhead: int | None = 0
 
     def target(self, session: Any) -> Target:
         adapter = adapter_for(self.api)
         return Target(session, self.base_url + adapter.path, adapter, self.model, self.timeout_s,
                       stream=self.stream, logprobs=self.logprobs, keep_ids=self.keep_ids,
-                      sampling=self.sampling, extra=self.extra)
+                      sampling=self.sampling, extra=self.extra, pool_text=self.pool_text,
+                      prompt_overhead=self.prompt_overhead)
 
 
 @dataclass(frozen=True)

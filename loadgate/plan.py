@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
+import orjson
 
+from loadgate.errors import UsageError
 from loadgate.profile import Load, Profile, Workload
 from loadgate.workload.lengths import draw_lengths
 
@@ -23,11 +25,73 @@ _MEASURED_SALT = 0x5EED_0000
 
 @dataclass(frozen=True, slots=True)
 class PlannedRequest:
+    """One request. The prompt is token ids (exact length) unless a trace gave text or messages."""
+
     i: int
     warmup: bool
-    prompt_ids: tuple[int, ...]
+    prompt_ids: tuple[int, ...] | None
     output_len: int
     intended_offset_ns: int | None = None  # open loop: offset from the measured phase's start
+    prompt_text: str | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+
+    @property
+    def prompt_len(self) -> int | None:
+        """Planned prompt tokens when known (ids, or a trace's `input_len`)."""
+        return None if self.prompt_ids is None else len(self.prompt_ids)
+
+
+class _TraceRequests:
+    """Requests replayed from a JSONL trace, one object per line, read on access (byte offsets are
+    indexed up front). Accepted shapes:
+      {"input_len": N, "output_len": M}                  lengths; prompt ids drawn from the pool
+      {"prompt_ids": [...], "output_len": M}             exact ids
+      {"prompt": "text", "output_len": M}                text (count checked against the server's)
+      {"messages": [...], "output_len": M}               chat messages
+    `max_tokens` is accepted for `output_len`. With more requests than lines, lines repeat in order."""
+
+    def __init__(self, path: Path, n: int | None, seed: int, pool: np.ndarray) -> None:
+        self.path, self.seed, self.pool = path, seed, pool
+        try:
+            with open(path, "rb") as f:
+                self.offsets = []
+                pos = 0
+                for line in f:
+                    if line.strip():
+                        self.offsets.append(pos)
+                    pos += len(line)
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read trace: {e.strerror}") from None
+        if not self.offsets:
+            raise UsageError(f"{path}: trace has no requests")
+        self.n = len(self.offsets) if n is None else n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def get(self, k: int) -> dict[str, Any]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offsets[k % len(self.offsets)])
+            line = f.readline()
+        try:
+            obj = orjson.loads(line)
+            out_len = int(obj.get("output_len", obj.get("max_tokens")))
+        except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
+            raise UsageError(f"{self.path}:{k % len(self.offsets) + 1}: expected a JSON object with "
+                             "output_len (or max_tokens) and one of input_len, prompt_ids, prompt, messages") from None
+        req: dict[str, Any] = {"output_len": out_len}
+        if "prompt_ids" in obj:
+            req["prompt_ids"] = tuple(int(x) for x in obj["prompt_ids"])
+        elif "input_len" in obj:
+            rng = np.random.default_rng([self.seed, 0x7ACE, k])
+            req["prompt_ids"] = tuple(rng.choice(self.pool, size=int(obj["input_len"])).tolist())
+        elif "messages" in obj:
+            req["messages"] = tuple(obj["messages"])
+        elif "prompt" in obj:
+            req["prompt_text"] = str(obj["prompt"])
+        else:
+            raise UsageError(f"{self.path}:{k % len(self.offsets) + 1}: needs input_len, prompt_ids, prompt or messages")
+        return req
 
 
 class _Requests:
@@ -90,6 +154,10 @@ class Plan(Sequence[PlannedRequest]):
         base_dir = Path(profile.path).parent if profile.path else Path.cwd()
         w, load = profile.workload, profile.load
         self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir)
+        self.trace: _TraceRequests | None = None
+        if w.trace is not None:
+            tp = Path(w.trace)
+            self.trace = _TraceRequests(tp if tp.is_absolute() else base_dir / tp, w.requests, profile.seed, pool)
         self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir)
         self.offsets: list[int] | None = None
         if load.rate is not None:
@@ -116,6 +184,10 @@ class Plan(Sequence[PlannedRequest]):
             return PlannedRequest(i, True, self.warm.prompt(i), int(self.warm.osl[i]))
         k = i - self.n_warmup
         off = None if self.offsets is None else self.offsets[k]
+        if self.trace is not None:
+            t = self.trace.get(k)
+            return PlannedRequest(i, False, t.get("prompt_ids"), t["output_len"], off,
+                                  t.get("prompt_text"), t.get("messages"))
         return PlannedRequest(i, False, self.measured.prompt(k), int(self.measured.osl[k]), off)
 
     def warmup_requests(self) -> range:

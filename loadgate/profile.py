@@ -118,7 +118,10 @@ class Workload:
                                     metadata={"help": "prompt length in tokens"})
     output_len: Distribution = field(default_factory=lambda: Distribution(dist="fixed", value=128),
                                      metadata={"help": "output length in tokens (sent with ignore_eos)"})
-    trace: str | None = knob(None, "JSONL trace to replay instead of the distributions")
+    trace: str | None = knob(None, "JSONL trace to replay instead of the distributions (relative to "
+                             "the profile); lines repeat when `requests` exceeds them")
+    tokenizer: str | None = knob(None, "local tokenizer.json for engines without /tokenize "
+                                 "(needs the `tokenizers` extra)")
     shared_prefix: SharedPrefix | None = knob(None, "give prompts a shared prefix, in groups")
     token_mismatch_limit: float = knob(
         0.0, "largest fraction of requests whose prompt or completion token count may differ "

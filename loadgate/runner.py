@@ -32,7 +32,7 @@ from loadgate.records import RecordWriter
 from loadgate.report.table import render_summary
 from loadgate.servermetrics import GaugeSampler, scrape
 from loadgate.summary import build_summary, snapshot_to_json
-from loadgate.workload.text import filler_text
+from loadgate.workload.pool import chat_overhead, local_pool, server_pool
 
 T = TypeVar("T")
 
@@ -82,16 +82,6 @@ async def discover_model(session: aiohttp.ClientSession, base: str) -> str:
         raise EngineError(f"{base}/v1/models lists no model; set target.model in the profile") from None
 
 
-async def token_pool(session: aiohttp.ClientSession, base: str, model: str) -> list[int]:
-    """Real token ids of the target's tokenizer: its /tokenize applied to fixed filler text."""
-    data = await get_json(session, f"{base}/tokenize", method="POST",
-                          body={"model": model, "prompt": filler_text(), "add_special_tokens": False})
-    ids = data.get("tokens") if isinstance(data, dict) else None
-    if not ids:
-        raise EngineError(f"{base}/tokenize returned no tokens")
-    return sorted(set(int(i) for i in ids))
-
-
 def new_run_dir(profile: Profile) -> Path:
     root = Path(profile.output.dir)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -123,10 +113,15 @@ async def _phase(spec: TargetSpec, profile: Profile, plan: Plan, pool: list[int]
 async def _run(profile: Profile, progress: bool) -> Path:
     async with engine_url(profile) as base, make_session(profile.target.headers) as session:
         model = profile.target.model or await discover_model(session, base)
-        pool = await token_pool(session, base, model)
+        need_text = profile.target.api == "openai-chat"
+        tp = (local_pool(profile.workload.tokenizer, need_text) if profile.workload.tokenizer
+              else await server_pool(session, base, model, need_text))
+        pool = list(tp.ids)
         plan = build_plan(profile, pool)
+        overhead = await chat_overhead(session, base, model, tp) if need_text else 0
         spec = TargetSpec(base, profile.target.api, model, profile.target.timeout_s, stream=profile.load.stream,
-                          headers=dict(profile.target.headers))
+                          headers=dict(profile.target.headers), pool_text=tp.text if need_text else None,
+                          prompt_overhead=overhead)
         metrics_url = profile.target.metrics_url or base + "/metrics"
         run_dir = new_run_dir(profile)
         t0 = perf_counter_ns()
@@ -134,7 +129,8 @@ async def _run(profile: Profile, progress: bool) -> Path:
             "loadgate": __version__, "run_id": run_dir.name, "profile": dataclasses.asdict(profile),
             "engine_url": base, "api": profile.target.api, "model": model, "t0_ns": t0,
             "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
-            "levels": levels(profile), "token_pool_size": len(pool)})
+            "levels": levels(profile), "token_pool": {"size": len(pool), "source": tp.source},
+            "chat_template_tokens": overhead if need_text else None})
         server: dict[str, Any] = {}
         health: dict[str, Any] = {}
         total = len(plan) * len(levels(profile))

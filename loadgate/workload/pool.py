@@ -1,0 +1,107 @@
+"""The token pool: real token ids of the target's own tokenizer, from which prompts are drawn.
+
+Token counts must come from the tokenizer the server uses, never from a guess. The pool is the
+target's `/tokenize` of fixed filler text (`loadgate.workload.text`), or, for engines without
+that route, a local `tokenizer.json` (the optional `tokenizers` extra) named by
+`workload.tokenizer`.
+
+APIs that only take text (OpenAI chat) need prompts whose token count is known in advance. For
+them the pool keeps only *word tokens*: ids whose text is a space followed by letters and which
+the server tokenizes back to exactly that one id. A prompt made of such pieces re-tokenizes to
+the same ids in byte-level BPE vocabularies, so its length stays exact; the per-request token
+check verifies it anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from loadgate.errors import EngineError, UsageError
+from loadgate.workload.text import filler_text
+
+_WORD = re.compile(r"^ [A-Za-z]{2,}$")
+MAX_TEXT_POOL = 400
+
+
+@dataclass(frozen=True)
+class TokenPool:
+    ids: tuple[int, ...]
+    text: dict[int, str] = field(default_factory=dict)  # id -> its text, for text-only APIs
+    source: str = "server /tokenize"
+
+    def prompt_text(self, ids: tuple[int, ...]) -> str:
+        return "".join(self.text[i] for i in ids)
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Any:
+    async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=30)) as r:
+        if r.status != 200:
+            raise EngineError(f"POST {url} answered HTTP {r.status}")
+        return await r.json(content_type=None)
+
+
+def local_pool(tokenizer_path: str, need_text: bool) -> TokenPool:
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise UsageError("workload.tokenizer needs the `tokenizers` package: pip install 'loadgate[tokenizers]'") from None
+    try:
+        tok = Tokenizer.from_file(tokenizer_path)
+    except Exception as e:  # the library raises its own exception types
+        raise UsageError(f"{tokenizer_path}: cannot load tokenizer: {e}") from None
+    ids = sorted(set(tok.encode(filler_text(), add_special_tokens=False).ids))
+    text = {}
+    if need_text:
+        for i in ids:
+            piece = tok.decode([i])
+            if _WORD.match(piece) and tok.encode(piece, add_special_tokens=False).ids == [i]:
+                text[i] = piece
+        ids = sorted(text)[:MAX_TEXT_POOL]
+        text = {i: text[i] for i in ids}
+    return TokenPool(tuple(ids), text, source=f"local tokenizer {tokenizer_path}")
+
+
+async def server_pool(session: aiohttp.ClientSession, base: str, model: str, need_text: bool) -> TokenPool:
+    try:
+        data = await _post(session, f"{base}/tokenize", {"model": model, "prompt": filler_text(),
+                                                          "add_special_tokens": False})
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise EngineError(f"POST {base}/tokenize failed: {e}; set workload.tokenizer to a local "
+                          "tokenizer.json for engines without /tokenize") from None
+    ids = sorted({int(i) for i in (data.get("tokens") or [])}) if isinstance(data, dict) else []
+    if not ids:
+        raise EngineError(f"{base}/tokenize returned no tokens")
+    if not need_text:
+        return TokenPool(tuple(ids))
+    sem = asyncio.Semaphore(16)
+
+    async def check(i: int) -> tuple[int, str] | None:
+        async with sem:
+            piece = (await _post(session, f"{base}/detokenize", {"model": model, "tokens": [i]})).get("prompt", "")
+            if not _WORD.match(piece):
+                return None
+            back = (await _post(session, f"{base}/tokenize", {"model": model, "prompt": piece,
+                                                               "add_special_tokens": False})).get("tokens")
+            return (i, piece) if back == [i] else None
+
+    found = [x for x in await asyncio.gather(*(check(i) for i in ids)) if x is not None][:MAX_TEXT_POOL]
+    if len(found) < 20:
+        raise EngineError(f"{base}: found only {len(found)} single-token words to build text prompts from")
+    return TokenPool(tuple(i for i, _ in found), dict(found), source="server /tokenize + /detokenize (word tokens)")
+
+
+async def chat_overhead(session: aiohttp.ClientSession, base: str, model: str, pool: TokenPool) -> int | None:
+    """Tokens the chat template adds around one user message (None when the server cannot say)."""
+    content = pool.prompt_text(pool.ids[:8])
+    try:
+        with_template = await _post(session, f"{base}/tokenize", {"model": model, "messages": [
+            {"role": "user", "content": content}], "add_generation_prompt": True})
+    except (EngineError, aiohttp.ClientError, TimeoutError):
+        return None
+    n = with_template.get("count") if isinstance(with_template, dict) else None
+    return None if n is None else int(n) - 8
