@@ -1,0 +1,83 @@
+"""Contracts (what the check requires) and verdicts (what one sequence did).
+
+Verdicts, per sequence:
+  identical            same ids, same finish reason, every logprob compared at 0 float32 ULP
+  equivalent           same ids and finish reason; some logprobs differ
+  near-tie divergence  ids differ, and at the first divergence the baseline's top-2 gap was at
+                       most the near-tie threshold (the baseline itself almost chose otherwise)
+  divergence           anything else
+
+Contracts:
+  bit-exact            every sequence identical, and every position compared on a real logprob
+                       value (a position compared on ids only cannot support a bit-exact claim)
+  token-exact          every sequence identical or equivalent (same ids and finish reasons)
+  logprob-tolerance X  same ids and finish reasons, and every logprob within X nats
+  near-tie-tolerant G  token-exact except at first divergences where the baseline's top-2 gap
+                       was <= G nats; every such divergence is still listed
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from loadgate.exactness.compare import Comparison
+
+Tier = Literal["bit-exact", "token-exact", "logprob-tolerance", "near-tie-tolerant"]
+Verdict = Literal["identical", "equivalent", "near-tie divergence", "divergence"]
+DEFAULT_NEAR_TIE_NATS = 0.3
+
+
+@dataclass(frozen=True)
+class Contract:
+    tier: Tier
+    tolerance: float | None = None  # logprob-tolerance: nats
+    gap: float | None = None  # near-tie-tolerant: nats
+
+    def words(self) -> str:
+        """The contract in plain words, printed verbatim in every report."""
+        if self.tier == "bit-exact":
+            return ("bit-exact: every token id, every logprob to 0 float32 ULP, and every finish reason "
+                    "equal to the baseline's; positions without a real logprob value cannot pass")
+        if self.tier == "token-exact":
+            return "token-exact: every token id and every finish reason equal to the baseline's; logprobs may differ"
+        if self.tier == "logprob-tolerance":
+            return (f"logprob-tolerance {self.tolerance:g}: every token id and finish reason equal to the "
+                    f"baseline's, and every logprob within {self.tolerance:g} nats of it")
+        return (f"near-tie-tolerant (gap <= {self.gap:g} nats): token ids equal to the baseline's, except that a "
+                f"sequence may diverge at a position where the baseline's top-2 logprob gap was <= {self.gap:g} "
+                "nats; every divergence is listed")
+
+    @property
+    def near_tie_threshold(self) -> float:
+        return self.gap if self.tier == "near-tie-tolerant" and self.gap is not None else DEFAULT_NEAR_TIE_NATS
+
+
+def verdict(c: Comparison, near_tie: float) -> Verdict:
+    if c.first_divergence is None and c.finish_equal:
+        return "identical" if c.ulp_nonzero == 0 else "equivalent"
+    if c.first_divergence is not None and c.base_gap is not None and c.base_gap <= near_tie:
+        return "near-tie divergence"
+    return "divergence"
+
+
+def passes(c: Comparison, v: Verdict, contract: Contract) -> tuple[bool, str | None]:
+    """(passes, why not) for one sequence under the contract."""
+    if contract.tier == "bit-exact":
+        if v != "identical":
+            return False, f"{v}"
+        if c.ids_only_positions:
+            return False, f"{c.ids_only_positions} positions had no real logprob value (compared on ids only)"
+        return True, None
+    if contract.tier == "token-exact":
+        return (v in ("identical", "equivalent")), (None if v in ("identical", "equivalent") else v)
+    if contract.tier == "logprob-tolerance":
+        if v not in ("identical", "equivalent"):
+            return False, v
+        if c.max_abs_logprob_diff is not None and c.max_abs_logprob_diff > (contract.tolerance or 0.0):
+            return False, f"a logprob differed by {c.max_abs_logprob_diff:.3g} nats"
+        return True, None
+    ok = v in ("identical", "equivalent") or (
+        c.first_divergence is not None and c.base_gap is not None and c.base_gap <= (contract.gap or 0.0))
+    return ok, None if ok else (f"diverged where the baseline top-2 gap was {c.base_gap:.3g} nats"
+                                if c.base_gap is not None else "diverged where the baseline top-2 gap is unknown")
