@@ -1,0 +1,129 @@
+"""The configuration fingerprint: everything that can change the engine's arithmetic, hashed.
+
+Two parts:
+- **introspected** from the engine itself: vLLM `/version`, `/v1/models` (`root`,
+  `max_model_len`), `/metrics` labels (`model_name`, `engine`, `vllm:cache_config_info`);
+  SGLang and the simulator `/server_info` (every server arg and `version`); llama.cpp `/props`
+  (`build_info`, `model_path`, `total_slots`, `default_generation_settings`, chat template hash)
+  and the `system_fingerprint` responses carry. Volatile values (uptime, counters, cumulative
+  acceptance, timestamps) are left out so the same configuration gives the same hash.
+- **declared** in the profile (`target.declared`): what no engine serves — model revision,
+  weight and tokenizer hashes, launch flags such as the attention backend, driver, GPU, dtype…
+plus the request side: every sampling parameter sent and the concurrency used while checking.
+
+The canonical form is JSON with sorted keys and no whitespace (orjson), and the hash its sha256.
+`diff` names every field that differs between two fingerprints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import aiohttp
+import orjson
+
+from loadgate.servermetrics import scrape
+
+VOLATILE_KEYS = frozenset({
+    "internal_states", "uptime", "created", "last_gen_throughput", "memory_usage", "load", "num_running_reqs",
+    "avg_spec_accept_length", "slots", "is_processing", "id_task", "n_busy_slots_per_decode", "time",
+    "timestamp", "start_time", "permission",
+})
+
+
+def _strip(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _strip(v) for k, v in x.items() if k not in VOLATILE_KEYS}
+    if isinstance(x, list):
+        return [_strip(v) for v in x]
+    return x
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+async def _get(session: aiohttp.ClientSession, url: str) -> Any | None:
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            if r.status != 200:
+                return None
+            return orjson.loads(await r.read())
+    except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError):
+        return None
+
+
+async def introspect(session: aiohttp.ClientSession, base: str, metrics_url: str | None = None) -> dict[str, Any]:
+    """Ask the engine what it is. Routes that do not exist are simply absent from the result."""
+    out: dict[str, Any] = {}
+    version = await _get(session, f"{base}/version")
+    if isinstance(version, dict):
+        out["version"] = _strip(version)
+    models = await _get(session, f"{base}/v1/models")
+    if isinstance(models, dict) and models.get("data"):
+        out["models"] = [{k: m.get(k) for k in ("id", "root", "parent", "max_model_len") if k in m}
+                         for m in models["data"]]
+    info = await _get(session, f"{base}/server_info") or await _get(session, f"{base}/get_server_info")
+    if isinstance(info, dict):
+        out["server_info"] = _strip(info)
+    props = await _get(session, f"{base}/props")
+    if isinstance(props, dict):
+        p = _strip(props)
+        template = p.pop("chat_template", None)
+        if isinstance(template, str):
+            p["chat_template_sha256"] = sha256_text(template)
+        out["props"] = p
+    snap = await scrape(session, metrics_url or f"{base}/metrics")
+    if snap is not None:
+        labels: dict[str, list[str]] = {}
+        for (name, lab), _ in snap.values.items():
+            if name.startswith(("vllm:cache_config_info", "vllm:model_config_info")) or name.endswith("_info"):
+                labels[name] = sorted(f"{k}={v}" for k, v in lab)
+        engines = sorted({dict(lab).get("model_name", "") for (n, lab), _ in snap.values.items()
+                          if n.startswith(("vllm:", "sglang:", "llamacpp:"))} - {""})
+        out["metrics_labels"] = {"model_name": engines, **labels}
+    return out
+
+
+def build(introspected: dict[str, Any], declared: dict[str, Any], request: dict[str, Any],
+          system_fingerprint: str | None = None) -> dict[str, Any]:
+    """The fingerprint document (without its hash)."""
+    doc = {"engine": introspected, "declared": dict(declared), "request": request}
+    if system_fingerprint:
+        doc["engine"] = {**introspected, "system_fingerprint": system_fingerprint}
+    return doc
+
+
+def canonical(doc: dict[str, Any]) -> bytes:
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+
+
+def fingerprint_hash(doc: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical(doc)).hexdigest()
+
+
+def flatten(x: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(x, dict):
+        out: dict[str, Any] = {}
+        for k, v in x.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out or {prefix: {}}
+    if isinstance(x, list) and any(isinstance(v, (dict, list)) for v in x):
+        out = {}
+        for i, v in enumerate(x):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+        return out or {prefix: []}
+    return {prefix: x}
+
+
+def diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field path, value in a, value in b) for every field that differs; missing reads None."""
+    fa, fb = flatten(a), flatten(b)
+    return [(k, fa.get(k), fb.get(k)) for k in sorted(fa.keys() | fb.keys()) if fa.get(k) != fb.get(k)]
+
+
+def describe_diff(changes: list[tuple[str, Any, Any]], limit: int = 8) -> str:
+    parts = [f"{k}: {va!r} -> {vb!r}" for k, va, vb in changes[:limit]]
+    more = f" (and {len(changes) - limit} more)" if len(changes) > limit else ""
+    return "; ".join(parts) + more
