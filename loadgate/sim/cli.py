@@ -1,0 +1,115 @@
+"""`loadgate sim`: serve the simulated engine over HTTP until interrupted.
+
+Every SimConfig setting has an option generated from the dataclass (name, type, default, help,
+bounds): `--seed`, `--max-num-seqs`, nested ones prefixed with their section (`--speculative-k`,
+`--divergence-batch-variant/--no-divergence-batch-variant`, `--faults-http-429`); tuples are comma
+lists (`--speculative-acceptance 0.8,0.6`). Precedence: defaults < `--config FILE` (a YAML mapping
+of SimConfig keys, sections nested) < options. With `--port 0` any free port is used. Once
+listening, the command prints `loadgate sim listening on http://HOST:PORT` on stdout (flushed);
+SIGINT or SIGTERM stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from loadgate.errors import UsageError
+from loadgate.sim.config import SimConfig
+from loadgate.sim.settings import KnobField, config_from_mapping, knob_fields
+
+
+def option_name(k: KnobField) -> str:
+    """The long option of a setting, e.g. `--speculative-k` for speculative.k."""
+    return "--" + "-".join(k.path).replace("_", "-")
+
+
+def _param_name(k: KnobField) -> str:
+    return "__".join(k.path)
+
+
+def _knob_option(k: KnobField) -> click.Option:
+    default = ",".join(str(x) for x in k.default) if k.is_tuple else k.default
+    bounds = ", ".join(f"{name.replace('_', ' ')} {v}" for name, v in k.bounds.items())
+    help_text = f"{k.help} [default: {default}{'; ' + bounds if bounds else ''}]"
+    name = option_name(k)
+    if k.type is bool:
+        return click.Option([f"{name}/--no-{name[2:]}", _param_name(k)], default=None, help=help_text)
+    if k.choices is not None:
+        kind: Any = click.Choice(k.choices)
+    elif k.is_tuple:
+        kind = click.STRING
+    else:
+        kind = {int: click.INT, float: click.FLOAT, str: click.STRING}[k.type]
+    return click.Option([name, _param_name(k)], type=kind, default=None, help=help_text,
+                        metavar="LIST" if k.is_tuple else None)
+
+
+def build_config(config_file: str | None, overrides: dict[str, Any]) -> SimConfig:
+    """SimConfig from the YAML file (if any) with the non-None option values on top."""
+    data: dict[str, Any] = {}
+    if config_file:
+        try:
+            loaded = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as e:
+            raise UsageError(f"{config_file}: {e}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise UsageError(f"{config_file}: must be a mapping of simulator settings")
+        data = loaded or {}
+    for k in knob_fields():
+        v = overrides.get(_param_name(k))
+        if v is None:
+            continue
+        target = data
+        for part in k.path[:-1]:
+            target = target.setdefault(part, {})
+        target[k.path[-1]] = v
+    return config_from_mapping(data)
+
+
+async def serve(cfg: SimConfig, host: str, port: int, on_ready: Callable[[str], None]) -> None:
+    """Serve until SIGINT/SIGTERM; `on_ready(url)` is called once listening."""
+    from loadgate.sim.server import running_sim
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_sim(cfg, host, port) as sim:
+        on_ready(sim.url)
+        await stop.wait()
+
+
+def _run(cfg: SimConfig, host: str, port: int) -> None:
+    def ready(url: str) -> None:
+        click.echo(f"loadgate sim listening on {url}")
+        sys.stdout.flush()
+
+    try:
+        import uvloop
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(cfg, host, port, ready))
+
+
+@click.command("sim", context_settings={"max_content_width": 110})
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", default=8000, show_default=True, type=int, help="port to listen on; 0 = any free port")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="YAML mapping of simulator settings (options below override it)")
+def sim(host: str, port: int, config_file: str | None, **knobs: Any) -> None:
+    """Serve the simulated LLM engine (vLLM OpenAI routes, SGLang /generate, /metrics)."""
+    _run(build_config(config_file, knobs), host, port)
+
+
+for _k in knob_fields():
+    sim.params.append(_knob_option(_k))

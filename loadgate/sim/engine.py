@@ -1,0 +1,228 @@
+"""The continuous-batching engine loop: one asyncio task that steps every running sequence.
+
+One step, in order:
+  1. Sequences finished or aborted since the last step leave the batch.
+  2. Waiting sequences are admitted in arrival order while fewer than `max_num_seqs` run.
+  3. Each newly admitted sequence is prefilled; the prefill produces its first output token.
+  4. Every sequence that was already running decodes one token, or, with speculation on, runs a
+     verify step that emits accepted drafts + one bonus token (`loadgate.sim.speculative`).
+  5. The step's cost is slept in real time, measured from the step's start on a deadline grid
+     (`time.perf_counter`), so lateness of one step does not accumulate: the next step starts
+     at this step's deadline unless the loop is more than one step behind, when it restarts
+     from now. Cost in microseconds: `fixed_step_us` if > 0; otherwise
+     `prefill_us_per_token * (prompt tokens prefilled)`, plus, if any sequence decodes,
+     `decode_step_us + decode_us_per_seq * (decoding sequences - 1)`, plus with speculation
+     `(draft_us_per_token + verify_us_per_token) * k`.
+  6. At the deadline all outputs of the step are handed to their handlers together, so chunks
+     leave in bursts, one burst per step, as from a real engine.
+Token computation (3, 4) happens before the sleep, on the CPU, like a GPU step that is running.
+`asyncio.sleep` wakes on a millisecond timer grid, so a step's outputs leave up to ~1 ms late;
+the ground-truth log records the real send times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections import deque
+
+from loadgate.sim.config import SimConfig
+from loadgate.sim.divergence import FlipPolicy
+from loadgate.sim.hashing import hash_ints, unit
+from loadgate.sim.metrics import EngineCounters, Gauges
+from loadgate.sim.model import WINDOW, Dists, SimModel
+from loadgate.sim.sequence import GenParams, Sequence, StepOutput
+from loadgate.sim.speculative import SpecStats, draw_accepted
+
+
+class Engine:
+    """Continuous batching over `SimModel`; see the module docstring for the step semantics."""
+
+    def __init__(self, cfg: SimConfig, model: SimModel) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.spec_on = cfg.speculative.method != "none"
+        self.k = cfg.speculative.k if self.spec_on else 0
+        self.counters = EngineCounters(spec_k=self.k)
+        self.flips = FlipPolicy(cfg.divergence, cfg.seed)
+        self.steps = 0
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the step loop on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name="sim-engine")
+
+    async def stop(self) -> None:
+        """Stop the loop and abort every waiting or running sequence (their handlers wake)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for s in list(self._waiting) + self._running:
+            self.abort(s)
+        self._waiting.clear()
+        self._running.clear()
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def submit(self, params: GenParams, index: int) -> Sequence:
+        """Queue a request; `index` is the server's request counter (seeds run_to_run)."""
+        seed = params.seed if params.seed is not None else hash_ints(index, time.time_ns(), os.getpid())
+        seq = Sequence(params=params, index=index, tokenizer=self.model.tokenizer,
+                       context_hash=self.model.context_hash(params.prompt_ids),
+                       spec=SpecStats(self.k) if self.spec_on else None,
+                       jitter=self.cfg.divergence.logprob_jitter,
+                       run_to_run_armed=self.flips.arm_run_to_run(index),
+                       sample_seed=hash_ints(0x5A3E, seed))
+        self._waiting.append(seq)
+        self._wake.set()
+        return seq
+
+    def abort(self, seq: Sequence) -> None:
+        """End `seq` now (client gone, injected disconnect, shutdown); counted once as 'abort'."""
+        if seq.counted:
+            return
+        seq.counted = True
+        seq.aborted = True
+        seq.finished = True
+        seq.finish_reason = "abort"
+        self.counters.success["abort"] += 1
+        seq.close()
+
+    def gauges(self) -> Gauges:
+        """Running and waiting counts, and KV use = context tokens held by running sequences /
+        (max_num_seqs * max_model_len)."""
+        held = sum(len(s.context) for s in self._running if not s.finished)
+        cap = self.cfg.max_num_seqs * self.cfg.max_model_len
+        waiting = sum(1 for s in self._waiting if not s.finished)
+        return Gauges(sum(1 for s in self._running if not s.finished), waiting, held / cap)
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        next_start: float | None = None
+        while True:
+            if not self._waiting and not self._running:
+                self._wake.clear()
+                await self._wake.wait()
+                next_start = None
+            t0 = time.perf_counter() if next_start is None else next_start
+            cost_s, outputs = self._step()
+            deadline = t0 + cost_s
+            delay = deadline - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._publish(outputs)
+            await asyncio.sleep(0)  # let the woken handlers write before the next step computes
+            behind = time.perf_counter() - deadline
+            next_start = deadline if behind <= max(cost_s, 0.001) else None
+
+    def _step(self) -> tuple[float, list[tuple[Sequence, StepOutput]]]:
+        cfg = self.cfg
+        self.steps += 1
+        running = [s for s in self._running if not s.finished]
+        new: list[Sequence] = []
+        while self._waiting and len(running) + len(new) < cfg.max_num_seqs:
+            s = self._waiting.popleft()
+            if not s.finished:
+                new.append(s)
+        batch = len(running) + len(new)
+        outputs: list[tuple[Sequence, StepOutput]] = []
+        prompt_tokens = sum(s.n_prompt for s in new)
+        self.counters.prompt_tokens += prompt_tokens
+        if new:
+            self._generate(new, [1] * len(new), batch, verify=False)
+            outputs.extend((s, s.end_step("prefill")) for s in new)
+        if running:
+            if self.spec_on:
+                self._verify(running, batch, outputs)
+            else:
+                self._generate(running, [1] * len(running), batch, verify=False)
+                outputs.extend((s, s.end_step("decode")) for s in running)
+        self._running = running + new
+        if cfg.fixed_step_us > 0:
+            cost_us = cfg.fixed_step_us
+        else:
+            cost_us = cfg.prefill_us_per_token * prompt_tokens
+            if running:
+                cost_us += cfg.decode_step_us + cfg.decode_us_per_seq * (len(running) - 1)
+                if self.spec_on:
+                    cost_us += (cfg.draft_us_per_token + cfg.verify_us_per_token) * self.k
+        return cost_us * 1e-6, outputs
+
+    def _verify(self, seqs: list[Sequence], batch: int, outputs: list[tuple[Sequence, StepOutput]]) -> None:
+        k_effs = [min(self.k, s.remaining - 1) for s in seqs]
+        wants = [draw_accepted(self.cfg.speculative, self.cfg.seed, s.context_hash, len(s.output_ids), ke) + 1
+                 for s, ke in zip(seqs, k_effs, strict=True)]
+        before = [len(s.output_ids) for s in seqs]
+        self._generate(seqs, wants, batch, verify=True)
+        for s, ke, n0 in zip(seqs, k_effs, before, strict=True):
+            accepted = len(s.output_ids) - n0 - 1
+            assert s.spec is not None
+            s.spec.record(ke, accepted)
+            self.counters.record_verify(ke, accepted)
+            outputs.append((s, s.end_step("verify")))
+
+    def _generate(self, seqs: list[Sequence], wants: list[int], batch: int, verify: bool) -> None:
+        """Append up to `wants[i]` tokens to `seqs[i]`, one model call per token position."""
+        model = self.model
+        pad = model.pad
+        active = list(range(len(seqs)))
+        j = 0
+        while active:
+            rows = [seqs[i] for i in active]
+            d = model.dists([s.context_hash for s in rows])
+            still: list[int] = []
+            for r, i in enumerate(active):
+                s = rows[r]
+                tok, lp = self._choose(s, d, r, batch, verify)
+                n_top = s.params.logprobs
+                top = model.top_logprobs(d, r, n_top) if n_top else None
+                ctx = s.context
+                leaving = ctx[-WINDOW] if len(ctx) >= WINDOW else pad
+                done = s.append_token(tok, lp, top, model.roll_hash(s.context_hash, leaving, tok))
+                if not done and j + 1 < wants[i]:
+                    still.append(i)
+            active = still
+            j += 1
+
+    def _choose(self, s: Sequence, d: Dists, r: int, batch: int, verify: bool) -> tuple[int, float]:
+        p = s.params
+        if p.temperature > 0:
+            u = unit(hash_ints(s.sample_seed, len(s.output_ids)))
+            return self.model.sample(d, r, p.temperature, u)
+        if d.near[r]:
+            flip = self.flips.flip(step_batch=batch, verify=verify, context_len=len(s.context))
+            if s.run_to_run_armed:
+                s.run_to_run_armed = False
+                flip = True
+            if flip:
+                return d.top2[r], d.lp2[r]
+        return d.top1[r], d.lp1[r]
+
+    def _publish(self, outputs: list[tuple[Sequence, StepOutput]]) -> None:
+        counters = self.counters
+        for s, out in outputs:
+            if s.aborted:
+                continue
+            counters.generation_tokens += len(out.token_ids)
+            if s.finished and not s.counted:
+                s.counted = True
+                counters.success[s.finish_reason or "stop"] += 1
+            s.publish(out)
+        self._running = [s for s in self._running if not s.finished]
+
+    @property
+    def sglang_avg_spec_accept_length(self) -> float:
+        """SGLang's server-wide figure: tokens generated / verify steps since start (0.0 if none)."""
+        c = self.counters
+        return c.generation_tokens / c.spec_drafts if c.spec_drafts else 0.0

@@ -1,0 +1,124 @@
+"""`SimProcess`: the simulator in a child process, for clients that must not share its loop.
+
+    with SimProcess(cfg) as sim:        # starts `python -m loadgate sim --port 0 --config <tmp>`
+        sim.url                         # "http://127.0.0.1:PORT", read from the child's stdout
+        sim.truth_records()             # GET /sim/truth, parsed
+On entry the child is started, its `loadgate sim listening on URL` line is read and `/health` is
+polled until it answers 200 (or `startup_timeout` passes: RuntimeError, child killed). On exit
+it gets SIGTERM, then SIGKILL after 5 s. The child's stderr is inherited.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgate.sim.config import SimConfig
+from loadgate.sim.settings import config_to_mapping
+
+_READY = "loadgate sim listening on "
+
+
+class SimProcess:
+    """The simulator served by a child Python process (see the module docstring)."""
+
+    def __init__(self, cfg: SimConfig | None = None, host: str = "127.0.0.1",
+                 startup_timeout: float = 30.0) -> None:
+        self.cfg = cfg or SimConfig()
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self.url = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._cfg_file: str | None = None
+
+    def start(self) -> SimProcess:
+        """Start the child and wait until it serves (see the module docstring)."""
+        fd, self._cfg_file = tempfile.mkstemp(prefix="loadgate-sim-", suffix=".yaml")
+        with os.fdopen(fd, "wb") as f:
+            f.write(orjson.dumps(config_to_mapping(self.cfg)))  # JSON is valid YAML
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgate", "sim", "--host", self.host, "--port", "0",
+             "--config", self._cfg_file], stdout=subprocess.PIPE, env=env)
+        deadline = time.monotonic() + self.startup_timeout
+        try:
+            self.url = self._read_url(deadline)
+            self._wait_healthy(deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _read_url(self, deadline: float) -> str:
+        assert self._proc is not None and self._proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self._proc.stdout, selectors.EVENT_READ)
+        try:
+            while time.monotonic() < deadline:
+                if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                    continue
+                line = self._proc.stdout.readline().decode("utf-8", "replace")
+                if not line:
+                    raise RuntimeError(f"loadgate sim exited with code {self._proc.wait()} before listening")
+                if line.startswith(_READY):
+                    return line[len(_READY):].strip()
+        finally:
+            sel.close()
+        raise RuntimeError(f"loadgate sim did not start within {self.startup_timeout} s")
+
+    def _wait_healthy(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"loadgate sim at {self.url} did not become healthy in time")
+
+    def stop(self) -> None:
+        """Terminate the child (SIGTERM, then SIGKILL after 5 s) and remove the config file."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._cfg_file:
+            Path(self._cfg_file).unlink(missing_ok=True)
+            self._cfg_file = None
+
+    def truth_records(self) -> list[dict[str, Any]]:
+        """The child's ground-truth log (GET /sim/truth)."""
+        with urllib.request.urlopen(self.url + "/sim/truth", timeout=10) as r:
+            return [orjson.loads(line) for line in r.read().splitlines() if line]
+
+    def reset_truth(self) -> None:
+        """Empty the child's ground-truth log (POST /sim/truth/reset)."""
+        req = urllib.request.Request(self.url + "/sim/truth/reset", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+
+    def __enter__(self) -> SimProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

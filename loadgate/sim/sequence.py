@@ -1,0 +1,207 @@
+"""One generation request inside the engine: its parameters, its output so far, its outbox.
+
+The engine appends tokens with `append_token` and closes each step with `end_step`, which turns
+the step's tokens into one `StepOutput` (the chunk a streaming route sends) and wakes the route's
+handler; the handler awaits `next_outputs`, which returns every output published since its last
+call (a handler that fell behind gets several, and merges them into one chunk as vLLM does).
+
+Finishing, checked after every token in this order (as vLLM v1 does):
+  1. a stop string now appears in the output text -> "stop", stop_reason = the string, text cut
+     before it (text that could begin a stop string is held back until it cannot);
+  2. the output holds max_tokens tokens -> "length";
+  3. the token is EOS and ignore_eos is false -> "stop", stop_reason None;
+  4. the token is in stop_token_ids -> "stop", stop_reason = the id.
+The token that finishes a sequence is part of its output (ids, counts); special tokens add no text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Literal
+
+from loadgate.sim.divergence import jitter_ulps
+from loadgate.sim.speculative import SpecStats
+from loadgate.sim.tokenizer import Tokenizer
+
+StepKind = Literal["prefill", "verify", "decode"]
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """Route-independent sampling parameters of one request (already validated)."""
+
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    temperature: float = 0.0
+    seed: int | None = None
+    logprobs: int | None = None  # top-N alternatives per token; None: no logprobs at all
+    skip_special_tokens: bool = True
+
+
+@dataclass
+class StepOutput:
+    """What one engine step (or several merged) produced for one sequence."""
+
+    token_ids: list[int]
+    text: str
+    logprobs: list[float] | None  # the emitted tokens' float32 logprobs (after jitter)
+    top: list[list[tuple[int, float]]] | None  # per token: the top-N (id, logprob), best first
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    stop_reason: str | int | None = None
+    kind: StepKind = "decode"
+
+    def merge(self, other: StepOutput) -> None:
+        """Append `other` (a later output of the same sequence) to this one."""
+        self.token_ids.extend(other.token_ids)
+        self.text += other.text
+        if self.logprobs is not None and other.logprobs is not None:
+            self.logprobs.extend(other.logprobs)
+        if self.top is not None and other.top is not None:
+            self.top.extend(other.top)
+        self.finish_reason = other.finish_reason
+        self.stop_reason = other.stop_reason
+
+
+@dataclass
+class Sequence:
+    """Engine-side state of one request. Create with `Engine.submit`."""
+
+    params: GenParams
+    index: int
+    tokenizer: Tokenizer
+    context_hash: int
+    spec: SpecStats | None = None
+    jitter: int = 0
+    run_to_run_armed: bool = False
+    sample_seed: int = 0
+    output_ids: list[int] = field(default_factory=list)
+    finished: bool = False
+    aborted: bool = False
+    counted: bool = False  # the engine has counted this request in request_success_total
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    pending: list[StepOutput] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.context: list[int] = list(self.params.prompt_ids)
+        self._decoder = self.tokenizer.incremental_decoder()
+        self._text = ""
+        self._sent = 0
+        self._hold = max((len(s) for s in self.params.stop), default=1) - 1
+        self._step_ids: list[int] = []
+        self._step_lps: list[float] | None = [] if self.params.logprobs is not None else None
+        self._step_top: list[list[tuple[int, float]]] | None = [] if self.params.logprobs is not None else None
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def n_prompt(self) -> int:
+        return len(self.params.prompt_ids)
+
+    @property
+    def remaining(self) -> int:
+        """Tokens still allowed by max_tokens."""
+        return self.params.max_tokens - len(self.output_ids)
+
+    def append_token(self, token: int, logprob: float, top: list[tuple[int, float]] | None,
+                     new_hash: int) -> bool:
+        """Add one produced token; returns True if it finished the sequence."""
+        self.output_ids.append(token)
+        self.context.append(token)
+        self.context_hash = new_hash
+        self._step_ids.append(token)
+        if self._step_lps is not None:
+            j = self.jitter
+            self._step_lps.append(jitter_ulps(logprob, j))
+            assert self._step_top is not None
+            self._step_top.append([(t, jitter_ulps(v, j)) for t, v in top or ()])
+        p = self.params
+        if not (p.skip_special_tokens and token in self.tokenizer.special_ids):
+            before = len(self._text)
+            self._text += self._decoder.decode(self.tokenizer.token_bytes(token))
+            if p.stop and self._check_stop_strings(before):
+                return True
+        if len(self.output_ids) >= p.max_tokens:
+            return self._finish("length", None)
+        if token == self.tokenizer.eos_id and not p.ignore_eos:
+            return self._finish("stop", None)
+        if token in p.stop_token_ids:
+            return self._finish("stop", token)
+        return False
+
+    def _check_stop_strings(self, before: int) -> bool:
+        start = max(0, before - self._hold)
+        best: tuple[int, str] | None = None
+        for s in self.params.stop:
+            pos = self._text.find(s, start)
+            if pos >= 0 and (best is None or pos < best[0]):
+                best = (pos, s)
+        if best is None:
+            return False
+        self._text = self._text[:best[0]]
+        return self._finish("stop", best[1])
+
+    def _finish(self, reason: str, stop_reason: str | int | None) -> bool:
+        self.finished = True
+        self.finish_reason = reason
+        self.stop_reason = stop_reason
+        return True
+
+    def end_step(self, kind: StepKind) -> StepOutput:
+        """Close the current step: build its output from the tokens appended since the last call."""
+        if self.finished:
+            if not isinstance(self.stop_reason, str):
+                self._text += self._decoder.decode(b"", final=True)
+            upto = len(self._text)
+        else:
+            upto = max(self._sent, len(self._text) - self._hold)
+        text = self._text[self._sent:upto]
+        self._sent = upto
+        out = StepOutput(self._step_ids, text, self._step_lps, self._step_top,
+                         self.finish_reason, self.stop_reason, kind)
+        self._step_ids = []
+        if self._step_lps is not None:
+            self._step_lps, self._step_top = [], []
+        return out
+
+    # ---- outbox ----------------------------------------------------------------------------
+
+    def publish(self, out: StepOutput) -> None:
+        """Queue `out` for the handler and wake it."""
+        self.pending.append(out)
+        self._wake()
+
+    def close(self) -> None:
+        """Mark the sequence ended from outside the step loop and wake its handler (used by
+        `Engine.abort`, which also does the counting)."""
+        self.finished = True
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    async def next_outputs(self) -> StepOutput | None:
+        """Everything published since the last call, merged into one output; None once the
+        sequence has ended and nothing is left."""
+        while not self.pending:
+            if self.finished:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        outs, self.pending = self.pending, []
+        first = outs[0]
+        for o in outs[1:]:
+            first.merge(o)
+        return first
+
+    @property
+    def text_so_far(self) -> str:
+        """The output text published so far."""
+        return self._text[:self._sent]

@@ -1,0 +1,90 @@
+"""Entry points of the simulated engine: the aiohttp app, an in-process server, a subprocess.
+
+  build_app(cfg) -> aiohttp.web.Application
+      every route of `loadgate.sim.routes`; the engine loop starts with the app and stops (aborting
+      what is in flight) when the app shuts down.
+  async with running_sim(cfg, host="127.0.0.1", port=0) as sim:
+      serves the app on this event loop; `sim.url` ("http://127.0.0.1:PORT"), `sim.truth`
+      (the `TruthLog`), `sim.engine`, `sim.state`, `sim.app`.
+  with SimProcess(cfg) as sim:
+      runs `python -m loadgate sim` in a child process (its own event loop and CPU), see
+      `loadgate.sim.process`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from loadgate.sim.config import SimConfig
+from loadgate.sim.engine import Engine
+from loadgate.sim.model import SimModel
+from loadgate.sim.process import SimProcess
+from loadgate.sim.routes import STATE, add_routes
+from loadgate.sim.serving import SimState
+from loadgate.sim.tokenizer import Tokenizer
+from loadgate.sim.truth import TruthLog
+
+__all__ = ["RunningSim", "SimProcess", "build_app", "running_sim", "STATE"]
+
+
+def build_app(cfg: SimConfig) -> web.Application:
+    """The simulator as an aiohttp application (one engine, one truth log, per app)."""
+    tokenizer = Tokenizer(cfg.vocab_size)
+    model = SimModel(cfg, tokenizer)
+    state = SimState(cfg=cfg, tokenizer=tokenizer, model=model, engine=Engine(cfg, model))
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[STATE] = state
+
+    async def start_engine(app: web.Application) -> None:
+        app[STATE].engine.start()
+
+    async def stop_engine(app: web.Application) -> None:
+        await app[STATE].engine.stop()
+
+    app.on_startup.append(start_engine)
+    app.on_shutdown.append(stop_engine)
+    add_routes(app)
+    return app
+
+
+@dataclass
+class RunningSim:
+    """A simulator serving on this event loop."""
+
+    url: str
+    app: web.Application
+
+    @property
+    def state(self) -> SimState:
+        return self.app[STATE]
+
+    @property
+    def truth(self) -> TruthLog:
+        return self.state.truth
+
+    @property
+    def engine(self) -> Engine:
+        return self.state.engine
+
+
+@asynccontextmanager
+async def running_sim(cfg: SimConfig, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[RunningSim]:
+    """Serve `build_app(cfg)` on host:port (0 = any free port) until the block exits."""
+    app = build_app(cfg)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    try:
+        bound = runner.addresses[0]
+        yield RunningSim(url=f"http://{_host_for_url(host)}:{bound[1]}", app=app)
+    finally:
+        await runner.cleanup()
+
+
+def _host_for_url(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

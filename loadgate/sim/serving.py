@@ -1,0 +1,227 @@
+"""The request path shared by the generation routes: parse, inject faults, run, write, record.
+
+For every request to `/v1/completions`, `/v1/chat/completions` or `/generate`:
+  1. `arrival_ns = perf_counter_ns()`; the request gets the next server index and its id (the
+     `x-request-id` header, else SGLang's `rid`, else generated); the body is parsed (an invalid
+     one is answered 400/404 and recorded with that status).
+  2. Faults are drawn (`loadgate.sim.faults`); an HTTP fault is answered at once.
+  3. The sequence is submitted to the engine. Streams: headers are sent at once; every engine
+     output (or several merged, if the handler fell behind) becomes one SSE event
+     `data: <json>\n\n`, serialized with orjson and written with `StreamResponse.write`; the send
+     time is `perf_counter_ns()` taken right before the write. The stream ends with the route's
+     final events and `data: [DONE]\n\n`. Non-stream: one JSON body when the sequence finishes.
+  4. If the client goes away (or a disconnect is injected) the sequence is aborted in the engine.
+The response echoes the request id in the `x-request-id` header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+
+from loadgate import __version__
+from loadgate.sim.config import SimConfig
+from loadgate.sim.engine import Engine
+from loadgate.sim.errors import ApiError
+from loadgate.sim.faults import FaultPlan, plan_faults
+from loadgate.sim.model import SimModel
+from loadgate.sim.sequence import Sequence, StepOutput
+from loadgate.sim.tokenizer import Tokenizer
+from loadgate.sim.truth import RequestTruth, TruthLog
+
+DONE = b"data: [DONE]\n\n"
+MALFORMED = b'data: {"id": broken\n\n'
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+class Formatter(Protocol):
+    def chunks(self, out: StepOutput) -> list[tuple[dict[str, Any], str, list[int]]]: ...
+    def final(self) -> list[tuple[dict[str, Any], str, list[int]]]: ...
+    def body(self, out: StepOutput) -> dict[str, Any]: ...
+
+
+@dataclass
+class SimState:
+    """Everything one simulator app owns (no module-level state anywhere)."""
+
+    cfg: SimConfig
+    tokenizer: Tokenizer
+    model: SimModel
+    engine: Engine
+    truth: TruthLog = field(default_factory=TruthLog)
+    requests_seen: int = 0
+    started: float = field(default_factory=time.time)
+
+    @property
+    def version(self) -> str:
+        """What `/version` and `/server_info` report: loadgate's version marked as the simulator."""
+        return f"{__version__}+loadgate.sim"
+
+    @property
+    def fingerprint(self) -> str:
+        """`system_fingerprint` of the OpenAI routes."""
+        return f"loadgate-sim-seed{self.cfg.seed}"
+
+    def next_index(self) -> int:
+        i = self.requests_seen
+        self.requests_seen += 1
+        return i
+
+
+@dataclass
+class Job:
+    """A parsed generation request: what to run and how to shape the answer."""
+
+    params: Any  # GenParams
+    stream: bool
+    make_formatter: Callable[[Sequence, str], Formatter]
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+async def handle_generation(request: web.Request, state: SimState,
+                            parse: Callable[[dict[str, Any]], Job], error_style: str) -> web.StreamResponse:
+    """Serve one generation request (see the module docstring)."""
+    arrival_ns = time.perf_counter_ns()
+    index = state.next_index()
+    rid = request.headers.get("x-request-id")
+    try:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as e:
+            raise ApiError(400, f"invalid JSON body: {e}") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        if rid is None and isinstance(body.get("rid"), str):
+            rid = body["rid"]
+        rid = rid or os.urandom(8).hex()
+        job = parse(body)
+    except ApiError as e:
+        rec = state.truth.begin(rid or f"invalid-{index}", index, request.path, False, arrival_ns)
+        rec.status = e.status
+        rec.end_ns = time.perf_counter_ns()
+        return e.response(error_style)
+    rec = state.truth.begin(rid, index, request.path, job.stream, arrival_ns)
+    rec.prompt_tokens = len(job.params.prompt_ids)
+    plan = plan_faults(state.cfg.faults, state.cfg.seed, index, job.stream)
+    rec.faults = plan.names
+    headers = {"x-request-id": rid}
+    if plan.http_status is not None:
+        rec.status = plan.http_status
+        rec.end_ns = time.perf_counter_ns()
+        err = ApiError(plan.http_status, f"simulated HTTP {plan.http_status} (injected fault)")
+        resp = err.response("vllm")
+        resp.headers.update(headers)
+        return resp
+    if plan.slow_first_byte_s > 0:
+        await asyncio.sleep(plan.slow_first_byte_s)
+    seq = state.engine.submit(job.params, index)
+    fmt = job.make_formatter(seq, rid)
+    try:
+        if job.stream:
+            return await _stream(request, seq, fmt, rec, plan, headers)
+        return await _whole(request, seq, fmt, rec, plan, headers)
+    finally:
+        if not seq.counted:
+            state.engine.abort(seq)
+        rec.finish_reason = seq.finish_reason
+        rec.end_ns = time.perf_counter_ns()
+
+
+async def _stream(request: web.Request, seq: Sequence, fmt: Formatter, rec: RequestTruth, plan: FaultPlan,
+                  headers: dict[str, str]) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={**SSE_HEADERS, **headers})
+    await resp.prepare(request)
+    fault = plan.stream_fault
+    sent = 0
+
+    async def fire() -> bool:
+        """Run the pending fault; False if the stream must end now."""
+        nonlocal fault
+        kind, fault = fault, None
+        if kind == "disconnect":
+            if request.transport is not None:
+                request.transport.close()
+            return False
+        if kind == "error_event":
+            err = {"error": {"message": "simulated engine failure (injected fault)",
+                             "type": "InternalServerError", "param": None, "code": 500}}
+            rec.add_chunk(time.perf_counter_ns(), "error", [])
+            await resp.write(_sse(err))
+            rec.add_chunk(time.perf_counter_ns(), "done", [])
+            await resp.write(DONE)
+            return False
+        if kind == "malformed":
+            rec.add_chunk(time.perf_counter_ns(), "malformed", [])
+            await resp.write(MALFORMED)
+        elif kind == "stall":
+            await asyncio.sleep(plan.stall_s)
+        return True
+
+    async def send(events: list[tuple[dict[str, Any], str, list[int]]]) -> bool:
+        nonlocal sent
+        for payload, kind, ids in events:
+            if fault is not None and sent >= plan.at_chunk and not await fire():
+                return False
+            data = _sse(payload)
+            rec.add_chunk(time.perf_counter_ns(), kind, ids)
+            await resp.write(data)
+            sent += 1
+        return True
+
+    try:
+        while True:
+            if fault == "stall" and sent >= plan.at_chunk:
+                await fire()
+            out = await seq.next_outputs()
+            if out is None:
+                break
+            if not await send(fmt.chunks(out)):
+                return resp
+        if seq.aborted or not await send(fmt.final()):
+            return resp
+        if fault is not None and not await fire():
+            return resp
+        rec.add_chunk(time.perf_counter_ns(), "done", [])
+        await resp.write(DONE)
+        await resp.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError):
+        if request.transport is not None:
+            request.transport.close()
+        raise
+    return resp
+
+
+async def _whole(request: web.Request, seq: Sequence, fmt: Formatter, rec: RequestTruth, plan: FaultPlan,
+                 headers: dict[str, str]) -> web.StreamResponse:
+    merged: StepOutput | None = None
+    while (out := await seq.next_outputs()) is not None:
+        if merged is None:
+            merged = out
+        else:
+            merged.merge(out)
+    if merged is None:
+        merged = StepOutput([], "", None, None, seq.finish_reason)
+    if plan.stream_fault == "stall":
+        await asyncio.sleep(plan.stall_s)
+    if plan.stream_fault == "disconnect":
+        if request.transport is not None:
+            request.transport.close()
+        return web.Response(status=499)
+    data = orjson.dumps(fmt.body(merged))
+    rec.add_chunk(time.perf_counter_ns(), "body", merged.token_ids)
+    resp = web.Response(body=data, content_type="application/json", headers=headers)
+    with contextlib.suppress(ConnectionResetError):
+        await resp.prepare(request)
+        await resp.write_eof()
+    return resp

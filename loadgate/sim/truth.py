@@ -1,0 +1,91 @@
+"""The ground-truth log: what the simulator really did for each request, for checking clients.
+
+One `RequestTruth` per request that reached a generation route (`/v1/completions`,
+`/v1/chat/completions`, `/generate`), errors included, in arrival order. Fields:
+  request_id         the `x-request-id` header if sent, else SGLang's `rid`, else generated
+  index              the server's request counter (0-based; seeds the fault draws)
+  route              the path, e.g. "/v1/completions"
+  stream             whether the response was a stream
+  arrival_ns         `time.perf_counter_ns()` when the handler started (before reading the body)
+  faults             injected faults, in `loadgate.sim.faults.FAULT_NAMES` spelling ([] if none)
+  status             the HTTP status sent
+  prompt_tokens      prompt length in tokens (0 if the request was rejected)
+  completion_tokens  output tokens written to the client (the sum of the chunks' n_tokens)
+  finish_reason      "stop" | "length" | "abort" | None (rejected)
+  end_ns             `perf_counter_ns()` after the last byte was written (or the stream was cut)
+  chunks             one `ChunkTruth` per SSE event written (or one for a whole non-stream body):
+      send_ns    `perf_counter_ns()` taken right before the bytes were written
+      kind       "tokens" (carries output tokens), "role" (chat's first chunk), "usage" (final
+                 usage chunk), "done" (`data: [DONE]`), "malformed", "error" (error event),
+                 "body" (non-stream response body, all tokens)
+      n_tokens   number of output tokens in the event
+      token_ids  those tokens' ids
+`perf_counter_ns` is CLOCK_MONOTONIC on Linux, so these times compare with a client's
+`perf_counter_ns` in another process on the same machine. No logprob vectors are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import orjson
+
+
+@dataclass(slots=True)
+class ChunkTruth:
+    send_ns: int
+    kind: str
+    n_tokens: int
+    token_ids: list[int]
+
+
+@dataclass(slots=True)
+class RequestTruth:
+    request_id: str
+    index: int
+    route: str
+    stream: bool
+    arrival_ns: int
+    faults: list[str] = field(default_factory=list)
+    status: int = 200
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    end_ns: int | None = None
+    chunks: list[ChunkTruth] = field(default_factory=list)
+
+    def add_chunk(self, send_ns: int, kind: str, token_ids: list[int]) -> None:
+        """Record one event written at `send_ns` carrying `token_ids`."""
+        self.chunks.append(ChunkTruth(send_ns, kind, len(token_ids), token_ids))
+        self.completion_tokens += len(token_ids)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class TruthLog:
+    """All `RequestTruth` records of one server, in arrival order (`records`)."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestTruth] = []
+
+    def begin(self, request_id: str, index: int, route: str, stream: bool, arrival_ns: int) -> RequestTruth:
+        """Create and keep the record of a newly arrived request."""
+        rec = RequestTruth(request_id, index, route, stream, arrival_ns)
+        self.records.append(rec)
+        return rec
+
+    def by_id(self, request_id: str) -> RequestTruth | None:
+        """The most recent record with this request id, or None."""
+        for rec in reversed(self.records):
+            if rec.request_id == request_id:
+                return rec
+        return None
+
+    def reset(self) -> None:
+        """Forget every record."""
+        self.records.clear()
+
+    def jsonl(self) -> bytes:
+        """All records as JSON lines (one object per request, fields as documented above)."""
+        return b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in self.records)
