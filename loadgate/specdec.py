@@ -78,12 +78,12 @@ def from_counters(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
     dtok = delta(before, after, P + "spec_decode_num_draft_tokens_total")
     pos_after = after.by_label(P + "spec_decode_num_accepted_tokens_per_pos_total", "position")
     pos_before = before.by_label(P + "spec_decode_num_accepted_tokens_per_pos_total", "position")
-    per_pos = {int(k): (v - pos_before.get(k, 0.0)) / drafts for k, v in pos_after.items()} if drafts else {}
+    per_pos = {k: (v - pos_before.get(k, 0.0)) / drafts for k, v in pos_after.items()} if drafts else {}
     return {
         "source": "prometheus counter deltas", "drafts": drafts, "accepted": acc, "draft_tokens": dtok,
         "acceptance_length": 1 + acc / drafts if drafts else None,
         "acceptance_rate": acc / dtok if dtok else None,
-        "per_position_acceptance": dict(sorted(per_pos.items())),
+        "per_position_acceptance": dict(sorted(per_pos.items(), key=lambda kv: int(kv[0]))),
         "formula": "1 + Δ num_accepted_tokens_total / Δ num_drafts_total",
     }
 

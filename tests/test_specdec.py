@@ -20,7 +20,7 @@ def test_counter_deltas_from_real_vllm_metrics():
     assert (c["drafts"], c["accepted"], c["draft_tokens"]) == (31, 28, 108)
     assert c["acceptance_length"] == pytest.approx(1 + 28 / 31)
     assert c["acceptance_rate"] == pytest.approx(28 / 108)
-    assert c["per_position_acceptance"] == pytest.approx({0: 16 / 31, 1: 6 / 31, 2: 4 / 31, 3: 2 / 31})
+    assert c["per_position_acceptance"] == pytest.approx({"0": 16 / 31, "1": 6 / 31, "2": 4 / 31, "3": 2 / 31})
 
 
 def test_contamination_check_compares_server_and_client_totals():

@@ -71,6 +71,12 @@ def render_summary(summary: dict[str, Any]) -> str:
             out.append(f"goodput {fmt(g['goodput_rps'], 2)} req/s ({g['fraction']:.1%} of requests met "
                        + ", ".join(f"{k} <= {v:g}" for k, v in g["slo_ms"].items()) + ")")
         out += _acceptance_lines(s.get("acceptance") or {})
+        cc = s.get("contamination")
+        if cc:
+            out.append(("contamination check passed" if cc["clean"] else "CONTAMINATION") +
+                       f": server counted {fmt(cc['server_requests'], 0)} requests / "
+                       f"{fmt(cc['server_generation_tokens'], 0)} generated tokens in the window, the client "
+                       f"{cc['client_requests']} / {cc['client_generation_tokens']}")
         tc = s.get("token_counts")
         if tc:
             out.append(f"token counts vs plan: {tc['prompt_mismatches']} prompt and {tc['completion_mismatches']} "
