@@ -51,6 +51,12 @@ _SALT_ORDER = 0x14057B7EF767814F
 _SALT_OTHER = 0x2545F4914F6CDD1D
 
 
+def roll_hash(h: int, leaving: int, entering: int) -> int:
+    """The context hash after appending `entering`, where `leaving` is the token WINDOW places
+    back (`ids[-WINDOW]` before the append, or the pad `vocab_size` if the context is shorter)."""
+    return ((h - leaving * _P_TOP) * _P + entering) & MASK64
+
+
 @dataclass(frozen=True)
 class GroundTruth:
     """The model's verdict on one context: what greedy decoding picks and how close it was."""
@@ -116,9 +122,8 @@ class SimModel:
         return h
 
     def roll_hash(self, h: int, leaving: int, entering: int) -> int:
-        """The hash after appending `entering`, where `leaving` is the token WINDOW places back
-        (`ids[-WINDOW]` before the append, or `vocab_size` if the context is shorter)."""
-        return ((h - leaving * _P_TOP) * _P + entering) & MASK64
+        """See the module-level `roll_hash`."""
+        return roll_hash(h, leaving, entering)
 
     # ---- batched fast path -----------------------------------------------------------------
 

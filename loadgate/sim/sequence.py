@@ -1,9 +1,11 @@
 """One generation request inside the engine: its parameters, its output so far, its outbox.
 
 The engine appends tokens with `append_token` and closes each step with `end_step`, which turns
-the step's tokens into one `StepOutput` (the chunk a streaming route sends) and wakes the route's
-handler; the handler awaits `next_outputs`, which returns every output published since its last
-call (a handler that fell behind gets several, and merges them into one chunk as vLLM does).
+the step's tokens into one `StepOutput` (the chunk a streaming route sends). The engine then either
+hands it to the sequence's `sink` (the streaming fast path, when the handler is idle and its
+connection keeps up) or queues it with `publish` and wakes the handler, which awaits
+`next_outputs`: every output queued since its last call, merged into one (a handler that fell
+behind sends one bigger chunk, as vLLM does).
 
 Finishing, checked after every token in this order (as vLLM v1 does):
   1. a stop string now appears in the output text -> "stop", stop_reason = the string, text cut
@@ -17,14 +19,26 @@ The token that finishes a sequence is part of its output (ids, counts); special 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from loadgate.sim.divergence import jitter_ulps
 from loadgate.sim.speculative import SpecStats
 from loadgate.sim.tokenizer import Tokenizer
 
 StepKind = Literal["prefill", "verify", "decode"]
+
+
+class Sink(Protocol):
+    """Receives a sequence's step outputs directly from the engine (the streaming fast path)."""
+
+    def ready(self, seq: Sequence) -> bool:
+        """Whether `write` may be called now for `seq` (else the output goes to `seq.pending`)."""
+        ...
+
+    def write(self, seq: Sequence, out: StepOutput) -> None:
+        """Send `out` now, without blocking (it runs inside the engine task)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +56,7 @@ class GenParams:
     skip_special_tokens: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class StepOutput:
     """What one engine step (or several merged) produced for one sequence."""
 
@@ -66,36 +80,43 @@ class StepOutput:
         self.stop_reason = other.stop_reason
 
 
-@dataclass
 class Sequence:
     """Engine-side state of one request. Create with `Engine.submit`."""
 
-    params: GenParams
-    index: int
-    tokenizer: Tokenizer
-    context_hash: int
-    spec: SpecStats | None = None
-    jitter: int = 0
-    run_to_run_armed: bool = False
-    sample_seed: int = 0
-    output_ids: list[int] = field(default_factory=list)
-    finished: bool = False
-    aborted: bool = False
-    counted: bool = False  # the engine has counted this request in request_success_total
-    finish_reason: str | None = None
-    stop_reason: str | int | None = None
-    pending: list[StepOutput] = field(default_factory=list)
+    __slots__ = ("params", "index", "tokenizer", "context_hash", "spec", "jitter", "run_to_run_armed",
+                 "sample_seed", "output_ids", "context", "finished", "aborted", "counted",
+                 "finish_reason", "stop_reason", "pending", "_decoder", "_tail", "_hold", "_step_ids",
+                 "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "sink")
 
-    def __post_init__(self) -> None:
-        self.context: list[int] = list(self.params.prompt_ids)
-        self._decoder = self.tokenizer.incremental_decoder()
-        self._text = ""
-        self._sent = 0
-        self._hold = max((len(s) for s in self.params.stop), default=1) - 1
+    def __init__(self, params: GenParams, index: int, tokenizer: Tokenizer, context_hash: int,
+                 spec: SpecStats | None = None, jitter: int = 0, run_to_run_armed: bool = False,
+                 sample_seed: int = 0) -> None:
+        self.params = params
+        self.index = index
+        self.tokenizer = tokenizer
+        self.context_hash = context_hash
+        self.spec = spec
+        self.jitter = jitter
+        self.run_to_run_armed = run_to_run_armed
+        self.sample_seed = sample_seed
+        self.output_ids: list[int] = []
+        self.context: list[int] = list(params.prompt_ids)
+        self.finished = False
+        self.aborted = False
+        self.counted = False  # the engine has counted this request in request_success_total
+        self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
+        self.pending: list[StepOutput] = []
+        self._decoder = tokenizer.incremental_decoder()
+        self._tail = ""  # output text not yet published (held back or produced this step)
+        self._hold = max((len(s) for s in params.stop), default=1) - 1
         self._step_ids: list[int] = []
-        self._step_lps: list[float] | None = [] if self.params.logprobs is not None else None
-        self._step_top: list[list[tuple[int, float]]] | None = [] if self.params.logprobs is not None else None
+        self._step_lps: list[float] | None = [] if params.logprobs is not None else None
+        self._step_top: list[list[tuple[int, float]]] | None = [] if params.logprobs is not None else None
         self._waiter: asyncio.Future[None] | None = None
+        self._specials = tokenizer.special_ids if params.skip_special_tokens else frozenset()
+        self._token_bytes = tokenizer.token_bytes
+        self.sink: Sink | None = None  # set by a streaming handler to receive outputs directly
 
     @property
     def n_prompt(self) -> int:
@@ -119,10 +140,9 @@ class Sequence:
             assert self._step_top is not None
             self._step_top.append([(t, jitter_ulps(v, j)) for t, v in top or ()])
         p = self.params
-        if not (p.skip_special_tokens and token in self.tokenizer.special_ids):
-            before = len(self._text)
-            self._text += self._decoder.decode(self.tokenizer.token_bytes(token))
-            if p.stop and self._check_stop_strings(before):
+        if token not in self._specials:
+            self._tail += self._decoder.decode(self._token_bytes(token))
+            if p.stop and self._check_stop_strings():
                 return True
         if len(self.output_ids) >= p.max_tokens:
             return self._finish("length", None)
@@ -132,16 +152,17 @@ class Sequence:
             return self._finish("stop", token)
         return False
 
-    def _check_stop_strings(self, before: int) -> bool:
-        start = max(0, before - self._hold)
+    def _check_stop_strings(self) -> bool:
+        # Published text never holds the start of a stop string (it is held back until it cannot),
+        # so searching the unpublished tail is enough.
         best: tuple[int, str] | None = None
         for s in self.params.stop:
-            pos = self._text.find(s, start)
+            pos = self._tail.find(s)
             if pos >= 0 and (best is None or pos < best[0]):
                 best = (pos, s)
         if best is None:
             return False
-        self._text = self._text[:best[0]]
+        self._tail = self._tail[:best[0]]
         return self._finish("stop", best[1])
 
     def _finish(self, reason: str, stop_reason: str | int | None) -> bool:
@@ -152,14 +173,16 @@ class Sequence:
 
     def end_step(self, kind: StepKind) -> StepOutput:
         """Close the current step: build its output from the tokens appended since the last call."""
+        tail = self._tail
         if self.finished:
             if not isinstance(self.stop_reason, str):
-                self._text += self._decoder.decode(b"", final=True)
-            upto = len(self._text)
+                tail += self._decoder.decode(b"", final=True)
+            text, self._tail = tail, ""
+        elif self._hold:
+            cut = max(0, len(tail) - self._hold)
+            text, self._tail = tail[:cut], tail[cut:]
         else:
-            upto = max(self._sent, len(self._text) - self._hold)
-        text = self._text[self._sent:upto]
-        self._sent = upto
+            text, self._tail = tail, ""
         out = StepOutput(self._step_ids, text, self._step_lps, self._step_top,
                          self.finish_reason, self.stop_reason, kind)
         self._step_ids = []
@@ -180,6 +203,15 @@ class Sequence:
         self.finished = True
         self._wake()
 
+    @property
+    def handler_idle(self) -> bool:
+        """True while the handler waits in `next_outputs` with nothing queued."""
+        return self._waiter is not None and not self.pending
+
+    def wake(self) -> None:
+        """Wake the handler if it waits in `next_outputs`."""
+        self._wake()
+
     def _wake(self) -> None:
         w = self._waiter
         if w is not None:
@@ -197,11 +229,7 @@ class Sequence:
             await self._waiter
         outs, self.pending = self.pending, []
         first = outs[0]
-        for o in outs[1:]:
-            first.merge(o)
+        if len(outs) > 1:
+            for o in outs[1:]:
+                first.merge(o)
         return first
-
-    @property
-    def text_so_far(self) -> str:
-        """The output text published so far."""
-        return self._text[:self._sent]

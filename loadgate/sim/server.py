@@ -77,7 +77,7 @@ async def running_sim(cfg: SimConfig, host: str = "127.0.0.1", port: int = 0) ->
     app = build_app(cfg)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=4096)
     await site.start()
     try:
         bound = runner.addresses[0]

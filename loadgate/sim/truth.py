@@ -26,21 +26,29 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 import orjson
 
 
-@dataclass(slots=True)
-class ChunkTruth:
+class ChunkTruth(NamedTuple):
+    """One event written (a tuple of atoms, so the garbage collector can stop tracking it)."""
+
     send_ns: int
     kind: str
     n_tokens: int
-    token_ids: list[int]
+    token_ids: tuple[int, ...]
 
 
 @dataclass(slots=True)
 class RequestTruth:
+    """One request's ground truth (fields documented in the module docstring).
+
+    Chunks are stored column-wise in flat lists of ints and strings (a handful of objects per
+    request whatever its length, so a long run does not slow the garbage collector down);
+    `chunks` rebuilds them as `ChunkTruth` tuples."""
+
     request_id: str
     index: int
     route: str
@@ -52,15 +60,35 @@ class RequestTruth:
     completion_tokens: int = 0
     finish_reason: str | None = None
     end_ns: int | None = None
-    chunks: list[ChunkTruth] = field(default_factory=list)
+    _send_ns: list[int] = field(default_factory=list)
+    _kinds: list[str] = field(default_factory=list)
+    _counts: list[int] = field(default_factory=list)
+    _ids: list[int] = field(default_factory=list)
 
     def add_chunk(self, send_ns: int, kind: str, token_ids: list[int]) -> None:
         """Record one event written at `send_ns` carrying `token_ids`."""
-        self.chunks.append(ChunkTruth(send_ns, kind, len(token_ids), token_ids))
-        self.completion_tokens += len(token_ids)
+        n = len(token_ids)
+        self._send_ns.append(send_ns)
+        self._kinds.append(kind)
+        self._counts.append(n)
+        self._ids.extend(token_ids)
+        self.completion_tokens += n
+
+    @property
+    def chunks(self) -> list[ChunkTruth]:
+        """The events written, in order."""
+        out: list[ChunkTruth] = []
+        pos = 0
+        for t, kind, n in zip(self._send_ns, self._kinds, self._counts, strict=True):
+            out.append(ChunkTruth(t, kind, n, tuple(self._ids[pos:pos + n])))
+            pos += n
+        return out
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The record as plain JSON-able values (chunks as objects with named fields)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+        d["chunks"] = [c._asdict() for c in self.chunks]
+        return d
 
 
 class TruthLog:
@@ -88,4 +116,4 @@ class TruthLog:
 
     def jsonl(self) -> bytes:
         """All records as JSON lines (one object per request, fields as documented above)."""
-        return b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in self.records)
+        return b"".join(orjson.dumps(r.to_dict(), option=orjson.OPT_APPEND_NEWLINE) for r in self.records)
