@@ -212,7 +212,7 @@ def test_sglang_generate_has_the_documented_fields_nonstream_and_stream() -> Non
                 "output_top_logprobs", "spec_verify_ct", "spec_accept_length", "e2e_latency"} <= set(meta)
         lp, top = meta["output_token_logprobs"], meta["output_top_logprobs"]
         assert len(lp) == len(top) == len(obj["output_ids"]) == meta["completion_tokens"]
-        assert all(isinstance(x, float) and t == i and z is None for (x, t, z), i in zip(lp, obj["output_ids"]))
+        assert all(isinstance(x, float) and t == i and z is None for (x, t, z), i in zip(lp, obj["output_ids"], strict=True))
         assert all(len(pos) == 2 and all(len(e) == 3 and e[2] is None for e in pos) for pos in top)
     assert whole["meta_info"]["finish_reason"] == {"type": "length", "length": 9}
     assert events[-1] == "[DONE]"
