@@ -20,6 +20,7 @@ from loadgate.engines.base import Decoded, EngineAdapter, ErrorInfo, GenRequest,
 from loadgate.plan import PlannedRequest
 from loadgate.records import SCHEMA_VERSION, RecordWriter
 from loadgate.sse import frame_sse
+from loadgate.transport import Pool, parse_response
 
 READ_BUFSIZE = 1 << 18
 
@@ -48,6 +49,9 @@ class Target:
     # text-only APIs: the text of each pool id, and the tokens the chat template adds
     pool_text: dict[int, str] | None = None
     prompt_overhead: int | None = 0
+    # the hot-path transport: a raw-socket Pool (default) or the aiohttp session
+    pool: Pool | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -58,18 +62,72 @@ class Raw:
     headers_ns: int | None = None
     end_ns: int = 0
     status: int | None = None
-    reads: list[tuple[int, bytes]] = field(default_factory=list)
+    reads: list[tuple[int, bytes]] = field(default_factory=list)  # payload pieces, stamped
     error: ErrorInfo | None = None
+    socket_reads: list[tuple[int, bytes]] | None = None  # raw transport: parsed after the fact
 
 
 async def fetch(t: Target, body: bytes, request_id: str) -> Raw:
-    """POST `body` and keep every read with its arrival stamp. The hot path: no parsing here."""
+    return await (fetch_socket(t, body, request_id) if t.pool is not None else fetch_aiohttp(t, body, request_id))
+
+
+async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
+    """POST over the raw transport: each socket read is stamped in `data_received` before any
+    parsing; headers and chunked framing are parsed after the exchange (`finish_socket`)."""
+    assert t.pool is not None
+    pool = t.pool
+    raw = Raw(start_ns=perf_counter_ns())
+    wire = pool.request_bytes(body, {"x-request-id": request_id, **t.headers})
+    conn = None
+    try:
+        async with asyncio.timeout(t.timeout_s):
+            for attempt in (0, 1):
+                reused = bool(pool.idle)
+                conn = await pool.acquire()
+                done = conn.begin()
+                conn.transport.write(wire)  # type: ignore[union-attr]
+                try:
+                    await done
+                    break
+                except ConnectionResetError:
+                    # a kept-alive connection the server had already closed: retry once, fresh
+                    if attempt == 0 and reused and not conn.reads:
+                        continue
+                    raise
+    except TimeoutError:
+        raw.error = ErrorInfo("timeout", f"no complete response within {t.timeout_s:g} s")
+    except ConnectionResetError as e:
+        raw.error = ErrorInfo("disconnect", str(e))
+    except OSError as e:
+        raw.error = ErrorInfo("connect", str(e) or type(e).__name__)
+    raw.end_ns = perf_counter_ns()
+    if conn is not None:
+        raw.socket_reads = conn.reads
+        pool.release(conn, reusable=raw.error is None)
+    return raw
+
+
+def finish_socket(raw: Raw) -> None:
+    """Parse the stamped socket reads of a raw-transport exchange into status and payload."""
+    if raw.socket_reads is None:
+        return
+    resp = parse_response(raw.socket_reads)
+    raw.status, raw.headers_ns, raw.reads = resp.status, resp.headers_ns, resp.body
+    if raw.socket_reads:
+        raw.end_ns = raw.socket_reads[-1][0]
+    if raw.error is None and not resp.complete:
+        raw.error = ErrorInfo("disconnect", "the response ended early")
+    raw.socket_reads = None
+
+
+async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
+    """POST `body` with aiohttp and keep every read with its arrival stamp."""
     raw = Raw(start_ns=perf_counter_ns())
     reads = raw.reads
     try:
         async with asyncio.timeout(t.timeout_s):
             async with t.session.post(t.url, data=body, headers={
-                    "content-type": "application/json", "x-request-id": request_id}) as resp:
+                    "content-type": "application/json", "x-request-id": request_id, **t.headers}) as resp:
                 raw.headers_ns = perf_counter_ns()
                 raw.status = resp.status
                 readany = resp.content.readany
@@ -87,12 +145,13 @@ async def fetch(t: Target, body: bytes, request_id: str) -> Raw:
         raw.error = ErrorInfo("disconnect", str(e) or type(e).__name__)
     except aiohttp.ClientError as e:
         raw.error = ErrorInfo("disconnect", f"{type(e).__name__}: {e}")
-    raw.end_ns = perf_counter_ns()
+    raw.end_ns = reads[-1][0] if reads and raw.error is None else perf_counter_ns()
     return raw
 
 
 def decode(t: Target, raw: Raw) -> Decoded:
     """Turn the kept bytes into a `Decoded` (after the request ended)."""
+    finish_socket(raw)
     if raw.status is not None and raw.status != 200:
         body = b"".join(b for _, b in raw.reads)
         return Decoded(error=ErrorInfo("http_status", f"HTTP {raw.status}: {body[:200].decode('utf-8', 'replace')}"))
@@ -174,7 +233,7 @@ async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: in
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-async def open_loop(t: Target, reqs: list[PlannedRequest], rate: float, writer: RecordWriter, *,
+async def open_loop(t: Target, reqs: Iterable[PlannedRequest], rate: float, writer: RecordWriter, *,
                     run_tag: str, t0_ns: int, start_ns: int, max_in_flight: int | None = None,
                     on_done: Callable[[dict[str, Any]], None] | None = None,
                     stop_at_ns: int | None = None) -> None:

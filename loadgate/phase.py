@@ -31,6 +31,7 @@ from loadgate.jsonutil import dump_json, load_json
 from loadgate.plan import Plan, build_plan
 from loadgate.profile import Profile
 from loadgate.records import RecordWriter
+from loadgate.transport import Pool
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,16 @@ class TargetSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     pool_text: dict[int, str] | None = None
     prompt_overhead: int | None = 0
+    transport: str = "socket"
 
     def target(self, session: Any) -> Target:
         adapter = adapter_for(self.api)
-        return Target(session, self.base_url + adapter.path, adapter, self.model, self.timeout_s,
+        url = self.base_url + adapter.path
+        return Target(session, url, adapter, self.model, self.timeout_s,
                       stream=self.stream, logprobs=self.logprobs, keep_ids=self.keep_ids,
                       sampling=self.sampling, extra=self.extra, pool_text=self.pool_text,
-                      prompt_overhead=self.prompt_overhead)
+                      prompt_overhead=self.prompt_overhead,
+                      pool=Pool(url) if self.transport == "socket" else None, headers=dict(self.headers))
 
 
 @dataclass(frozen=True)
@@ -77,24 +81,34 @@ async def _run_in_loop(spec: TargetSpec, plan: Plan, phase: Phase, writer: Recor
                        on_done: Callable[[dict[str, Any]], None] | None, *, concurrency: int | None,
                        next_index: Callable[[], int | None] | None, start_ns: int | None,
                        mine: Callable[[int], bool] = lambda k: True) -> dict[str, Any]:
-    monitor = HealthMonitor()
     async with make_session(spec.headers) as session:
         target = spec.target(session)
-        monitor.start()
-        stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
-        if phase.open_loop:
-            reqs = [plan[k] for k in phase.indices if mine(k)] if len(phase.indices) < 200_000 else None
-            src = reqs if reqs is not None else (plan[k] for k in phase.indices if mine(k))
-            await open_loop(target, src, float(phase.level), writer, run_tag=phase.run_tag, t0_ns=phase.t0_ns,
-                            start_ns=start_ns or perf_counter_ns(), max_in_flight=phase.max_in_flight,
-                            on_done=on_done, stop_at_ns=stop)
-        else:
-            def draw() -> Iterator[Any]:
-                while next_index is not None and (k := next_index()) is not None:
-                    yield plan[k]
-            src2 = draw() if next_index is not None else (plan[k] for k in phase.indices)
-            await closed_loop(target, src2, concurrency or int(phase.level), writer, run_tag=phase.run_tag,
-                              t0_ns=phase.t0_ns, on_done=on_done, stop_at_ns=stop)
+        try:
+            return await _drive(target, plan, phase, writer, on_done, concurrency=concurrency,
+                                next_index=next_index, start_ns=start_ns, mine=mine)
+        finally:
+            if target.pool is not None:
+                target.pool.close()
+
+
+async def _drive(target: Target, plan: Plan, phase: Phase, writer: RecordWriter,
+                 on_done: Callable[[dict[str, Any]], None] | None, *, concurrency: int | None,
+                 next_index: Callable[[], int | None] | None, start_ns: int | None,
+                 mine: Callable[[int], bool]) -> dict[str, Any]:
+    monitor = HealthMonitor()
+    monitor.start()
+    stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
+    if phase.open_loop:
+        await open_loop(target, (plan[k] for k in phase.indices if mine(k)), float(phase.level), writer,
+                        run_tag=phase.run_tag, t0_ns=phase.t0_ns, start_ns=start_ns or perf_counter_ns(),
+                        max_in_flight=phase.max_in_flight, on_done=on_done, stop_at_ns=stop)
+    else:
+        def draw() -> Iterator[Any]:
+            while next_index is not None and (k := next_index()) is not None:
+                yield plan[k]
+        src = draw() if next_index is not None else (plan[k] for k in phase.indices)
+        await closed_loop(target, src, concurrency or int(phase.level), writer, run_tag=phase.run_tag,
+                          t0_ns=phase.t0_ns, on_done=on_done, stop_at_ns=stop)
     return await monitor.stop()
 
 

@@ -121,7 +121,7 @@ async def _run(profile: Profile, progress: bool) -> Path:
         overhead = await chat_overhead(session, base, model, tp) if need_text else 0
         spec = TargetSpec(base, profile.target.api, model, profile.target.timeout_s, stream=profile.load.stream,
                           headers=dict(profile.target.headers), pool_text=tp.text if need_text else None,
-                          prompt_overhead=overhead)
+                          prompt_overhead=overhead, transport=profile.load.transport)
         metrics_url = profile.target.metrics_url or base + "/metrics"
         run_dir = new_run_dir(profile)
         t0 = perf_counter_ns()
@@ -160,9 +160,14 @@ async def _run(profile: Profile, progress: bool) -> Path:
     return run_dir
 
 
+def measure(profile: Profile, *, progress: bool = False) -> Path:
+    """The performance phase alone: send the plan, write the run folder, return its path."""
+    return run_async(_run(profile, progress))
+
+
 def run_profile(profile: Profile, *, progress: bool = True) -> int:
     """Run a profile end to end; print the table; return the exit code."""
-    run_dir = run_async(_run(profile, progress))
+    run_dir = measure(profile, progress=progress)
     summary = build_summary(run_dir)
     dump_json(run_dir / "summary.json", summary)
     print(render_summary(summary))

@@ -79,26 +79,32 @@ GAUGES = {
 }
 
 
+_GAUGE_NAMES = tuple(n for names in GAUGES.values() for n in names)
+
+
 @dataclass
 class GaugeSampler:
-    """Polls `/metrics` every `interval_s` while running and keeps the gauges of `GAUGES`."""
+    """Polls `/metrics` every `interval_s` while running and keeps the gauges of `GAUGES`.
+
+    While the load runs it only fetches the text and keeps the lines of those gauges (string
+    prefix tests); parsing waits until `stop()`, so the measuring loop is not blocked by the
+    Prometheus parser."""
 
     session: aiohttp.ClientSession
     url: str
     interval_s: float = 0.5
-    samples: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in GAUGES})
+    texts: list[str] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
     async def _loop(self) -> None:
         while True:
-            snap = await scrape(self.session, self.url)
-            if snap is not None:
-                for key, names in GAUGES.items():
-                    name = first_name(snap, names)
-                    if name is not None:
-                        v = snap.total(name)
-                        if v is not None:
-                            self.samples[key].append(v)
+            try:
+                async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=5)) as r:
+                    if r.status == 200:
+                        text = await r.text()
+                        self.texts.append("\n".join(ln for ln in text.splitlines() if ln.startswith(_GAUGE_NAMES)))
+            except (aiohttp.ClientError, TimeoutError):
+                pass
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
@@ -111,5 +117,15 @@ class GaugeSampler:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        samples: dict[str, list[float]] = {k: [] for k in GAUGES}
+        for text in self.texts:
+            try:
+                snap = parse_metrics(text + "\n")
+            except ValueError:
+                continue
+            for key, names in GAUGES.items():
+                name = first_name(snap, names)
+                if name is not None and (v := snap.total(name)) is not None:
+                    samples[key].append(v)
         return {k: ({"samples": len(v), "min": min(v), "mean": sum(v) / len(v), "max": max(v)} if v else None)
-                for k, v in self.samples.items()}
+                for k, v in samples.items()}
