@@ -232,3 +232,25 @@ def test_truth_reset_over_http_and_bad_requests_are_recorded() -> None:
 
     status, before, after = serve(fast_cfg(), go)
     assert status == 400 and before == 1 and after == 0
+
+
+def test_a_failing_engine_step_aborts_the_requests_in_flight_and_the_engine_goes_on() -> None:
+    async def go(sim: RunningSim, s: aiohttp.ClientSession) -> tuple[list[Any], list[Any]]:
+        model = sim.engine.model
+        real = model.dists
+        calls = {"n": 0}
+
+        def flaky(hashes: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise RuntimeError("injected bug")
+            return real(hashes)
+
+        model.dists = flaky  # type: ignore[method-assign]
+        _, broken = await post_stream(s, sim.url + URL, body("bug", 10))
+        _, fine = await post_stream(s, sim.url + URL, body("no bug", 10))
+        return broken, fine
+
+    broken, fine = serve(fast_cfg(), go, timeout=10)
+    assert "[DONE]" not in broken and len(completion_ids(broken)) < 10
+    assert len(completion_ids(fine)) == 10 and fine[-1] == "[DONE]"

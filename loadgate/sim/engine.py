@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections import deque
@@ -38,6 +39,8 @@ from loadgate.sim.metrics import EngineCounters, Gauges
 from loadgate.sim.model import WINDOW, SimModel, roll_hash
 from loadgate.sim.sequence import GenParams, Sequence, StepOutput
 from loadgate.sim.speculative import SpecStats, draw_accepted
+
+_log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -112,6 +115,17 @@ class Engine:
     # ---- the loop --------------------------------------------------------------------------
 
     async def _loop(self) -> None:
+        while True:
+            try:
+                await self._steps()
+            except Exception:  # a bug must not leave handlers waiting forever
+                _log.exception("simulator engine step failed; aborting the requests in flight")
+                for s in list(self._waiting) + self._running:
+                    self.abort(s)
+                self._waiting.clear()
+                self._running.clear()
+
+    async def _steps(self) -> None:
         next_start: float | None = None
         while True:
             if not self._waiting and not self._running:
