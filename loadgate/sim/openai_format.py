@@ -29,7 +29,7 @@ from loadgate.sim.tokenizer import Tokenizer
 Event = tuple[dict[str, Any], str, list[int]]  # payload, truth kind, token ids
 
 
-class _OpenAIFormatter:
+class OpenAIFormatter:
     """State shared by both OpenAI routes for one request."""
 
     object_chunk = ""
@@ -80,7 +80,7 @@ class _OpenAIFormatter:
                 "speculative_decoding": spec.vllm(non_stream=True) if spec is not None else None}
 
 
-class CompletionFormatter(_OpenAIFormatter):
+class CompletionFormatter(OpenAIFormatter):
     """`/v1/completions` chunks and body."""
 
     object_chunk = "text_completion"
@@ -132,7 +132,7 @@ class CompletionFormatter(_OpenAIFormatter):
         return body
 
 
-class ChatFormatter(_OpenAIFormatter):
+class ChatFormatter(OpenAIFormatter):
     """`/v1/chat/completions` chunks and body."""
 
     object_chunk = "chat.completion.chunk"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -19,8 +20,9 @@ from aiohttp import web
 from loadgate.sim.chat import chat_prompt_ids
 from loadgate.sim.errors import ApiError, bad_request
 from loadgate.sim.metrics import render_metrics
-from loadgate.sim.openai_format import ChatFormatter, CompletionFormatter
-from loadgate.sim.params import check_model, parse_chat, parse_completion, parse_generate
+from loadgate.sim.openai_format import ChatFormatter, CompletionFormatter, OpenAIFormatter
+from loadgate.sim.params import OpenAIOptions, check_model, parse_chat, parse_completion, parse_generate
+from loadgate.sim.sequence import GenParams
 from loadgate.sim.serving import Job, SimState, handle_generation
 from loadgate.sim.sglang_format import GenerateFormatter
 
@@ -44,26 +46,25 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 # ---- generation ---------------------------------------------------------------------------
 
-async def completions(request: web.Request) -> web.StreamResponse:
-    st = request.app[STATE]
+def _openai_route(parse: Callable[..., tuple[GenParams, OpenAIOptions]], formatter: type[OpenAIFormatter],
+                  id_prefix: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A handler for an OpenAI generation route: `parse` reads the body, `formatter` shapes chunks."""
 
-    def parse(body: dict[str, Any]) -> Job:
-        params, opts = parse_completion(body, st.cfg, st.tokenizer)
-        return Job(params, opts.stream, lambda seq, rid: CompletionFormatter(
-            seq, f"cmpl-{rid}", st.cfg.model, st.tokenizer, opts, st.fingerprint))
+    async def handler(request: web.Request) -> web.StreamResponse:
+        st = request.app[STATE]
 
-    return await handle_generation(request, st, parse, "vllm")
+        def job(body: dict[str, Any]) -> Job:
+            params, opts = parse(body, st.cfg, st.tokenizer)
+            return Job(params, opts.stream, lambda seq, rid: formatter(
+                seq, f"{id_prefix}-{rid}", st.cfg.model, st.tokenizer, opts, st.fingerprint))
+
+        return await handle_generation(request, st, job, "vllm")
+
+    return handler
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    st = request.app[STATE]
-
-    def parse(body: dict[str, Any]) -> Job:
-        params, opts = parse_chat(body, st.cfg, st.tokenizer)
-        return Job(params, opts.stream, lambda seq, rid: ChatFormatter(
-            seq, f"chatcmpl-{rid}", st.cfg.model, st.tokenizer, opts, st.fingerprint))
-
-    return await handle_generation(request, st, parse, "vllm")
+completions = _openai_route(parse_completion, CompletionFormatter, "cmpl")
+chat_completions = _openai_route(parse_chat, ChatFormatter, "chatcmpl")
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
