@@ -254,3 +254,22 @@ def test_a_failing_engine_step_aborts_the_requests_in_flight_and_the_engine_goes
     broken, fine = serve(fast_cfg(), go, timeout=10)
     assert "[DONE]" not in broken and len(completion_ids(broken)) < 10
     assert len(completion_ids(fine)) == 10 and fine[-1] == "[DONE]"
+
+
+def test_streamed_text_pieces_join_to_the_decoded_text_across_split_utf8_and_stop_strings() -> None:
+    from loadgate.sim.sequence import GenParams, Sequence
+    from loadgate.sim.tokenizer import Tokenizer
+
+    tk = Tokenizer(4096)
+    text = "héllo 😀 wörld, the end. Ünïcode ✓"
+    ids = tk.encode(text)
+    for stop, want in (((), text), (("end.",), "héllo 😀 wörld, the "), (("😀",), "héllo ")):
+        seq = Sequence(GenParams(prompt_ids=(1,), max_tokens=len(ids), stop=stop), 0, tk, 0)
+        pieces = []
+        for t in ids:
+            done = seq.append_token(t, 0.0, None, 0)
+            pieces.append(seq.end_step("decode").text)
+            if done:
+                break
+        assert "".join(pieces) == want
+        assert seq.finish_reason == ("stop" if stop else "length")

@@ -86,7 +86,7 @@ class Sequence:
     __slots__ = ("params", "index", "tokenizer", "context_hash", "spec", "jitter", "run_to_run_armed",
                  "sample_seed", "output_ids", "context", "finished", "aborted", "counted",
                  "finish_reason", "stop_reason", "pending", "_decoder", "_tail", "_hold", "_step_ids",
-                 "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "sink")
+                 "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "_ascii", "sink")
 
     def __init__(self, params: GenParams, index: int, tokenizer: Tokenizer, context_hash: int,
                  spec: SpecStats | None = None, jitter: int = 0, run_to_run_armed: bool = False,
@@ -116,6 +116,7 @@ class Sequence:
         self._waiter: asyncio.Future[None] | None = None
         self._specials = tokenizer.special_ids if params.skip_special_tokens else frozenset()
         self._token_bytes = tokenizer.token_bytes
+        self._ascii = tokenizer.ascii_text
         self.sink: Sink | None = None  # set by a streaming handler to receive outputs directly
 
     @property
@@ -141,7 +142,10 @@ class Sequence:
             self._step_top.append([(t, jitter_ulps(v, j)) for t, v in top or ()])
         p = self.params
         if token not in self._specials:
-            self._tail += self._decoder.decode(self._token_bytes(token))
+            text = self._ascii[token]
+            if text is None or self._decoder.buffer:  # type: ignore[attr-defined]
+                text = self._decoder.decode(self._token_bytes(token))
+            self._tail += text
             if p.stop and self._check_stop_strings():
                 return True
         if len(self.output_ids) >= p.max_tokens:

@@ -33,6 +33,8 @@ class Tokenizer:
         self._prefixes: frozenset[bytes] = frozenset(t[:k] for t in merged for k in range(1, len(t) + 1))
         self._special_re = re.compile("(" + "|".join(re.escape(s) for s in SPECIAL_TOKENS) + ")")
         self._strs: list[str] = [self._display(t) for t in self._tokens]
+        self.ascii_text: list[str | None] = [t.decode("ascii") if t.isascii() else None for t in self._tokens]
+        """Per token id: its text if all its bytes are ASCII (decodes alone, whatever came before)."""
 
     @staticmethod
     def _display(tok: bytes) -> str:
