@@ -273,3 +273,32 @@ def test_streamed_text_pieces_join_to_the_decoded_text_across_split_utf8_and_sto
                 break
         assert "".join(pieces) == want
         assert seq.finish_reason == ("stop" if stop else "length")
+
+
+def test_a_client_that_goes_away_aborts_its_sequence() -> None:
+    async def go(sim: RunningSim, s: aiohttp.ClientSession) -> tuple[int, int]:
+        async with s.post(sim.url + URL, json=body("leaving early", 10_000), headers={"x-request-id": "gone"}) as r:
+            await r.content.readuntil(b"\n\n")
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if sim.engine.counters.success["abort"]:
+                break
+        return sim.engine.counters.success["abort"], sim.engine.gauges().running
+
+    assert serve(fast_cfg(fixed_step_us=1000), go) == (1, 0)
+
+
+def test_stopping_the_server_ends_streams_in_flight() -> None:
+    async def main() -> list[Any]:
+        async with aiohttp.ClientSession() as s:
+            async with running_sim(fast_cfg(fixed_step_us=1000)) as sim:
+                task = asyncio.ensure_future(post_stream(s, sim.url + URL, body("never ends", 30_000)))
+                await asyncio.sleep(0.05)
+            try:
+                return (await task)[1]
+            except aiohttp.ClientPayloadError:
+                return ["cut"]
+
+    t = time.perf_counter()
+    events = run(main(), timeout=10)
+    assert time.perf_counter() - t < 5 and "[DONE]" not in events
