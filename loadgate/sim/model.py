@@ -9,10 +9,11 @@ From `x` come, by further mixing:
     one of 2,048 levels uniform in (0.5, 3.0) otherwise;
   * a temperature level `tau` (16 levels, 1.2 .. 3.45) shaping the tail;
   * an EOS flag (probability 1/1024): `<|endoftext|>` becomes the argmax;
-  * an affine ordering of the "plain" tokens (printable ASCII bytes, tab, newline and every merged
-    token): rank r holds plain token `(A*r + B) mod n`; the other bytes and the specials follow
-    in their own affine order (so they are never near the top). With the EOS flag, EOS and the
-    rank-0 plain token swap places.
+  * a rank order over three tiers, each in its own affine order (rank r of a tier of n tokens
+    holds its token `(A*r + B) mod n`): first the word-like tokens (`vocab.word_like`: listed
+    words, punctuation, whitespace runs), so greedy output reads as words; then the other
+    printable tokens; then the remaining bytes and the specials. With the EOS flag, EOS and the
+    rank-0 token swap places.
 Logits by rank: 0 for rank 0, `-g` for rank 1, `-g - 0.2 - tau*log1p(r-2)` for rank r >= 2.
 The log-softmax is `float32(logit - lse)` computed in float64, with `lse` taken from a table
 built once (`log(1 + exp(-g) * (1 + S_tau))`, `S_tau` the `math.fsum` of the tail's exp terms).
@@ -42,6 +43,7 @@ import numpy as np
 from loadgate.sim.config import SimConfig
 from loadgate.sim.hashing import MASK64, hash_ints, mix64, mix64_np, unit, unit_np
 from loadgate.sim.tokenizer import Tokenizer
+from loadgate.sim.vocab import word_like
 
 WINDOW = 8
 _P = 0x100000001B3
@@ -52,6 +54,7 @@ _EOS_PER_1024 = 1
 _SALT_SHAPE = 0x5851F42D4C957F2D
 _SALT_ORDER = 0x14057B7EF767814F
 _SALT_OTHER = 0x2545F4914F6CDD1D
+_SALT_OTHER2 = 0x6A09E667F3BCC909
 
 
 def roll_hash(h: int, leaving: int, entering: int) -> int:
@@ -97,12 +100,13 @@ class SimModel:
         plain_bytes = {9, 10, *range(32, 127)}
         first_special = self.vocab_size - len(tk.special_ids)
         plain = sorted(plain_bytes) + list(range(256, first_special))
+        words = [t for t in plain if word_like(tk.token_bytes(t))]
+        rest = [t for t in plain if not word_like(tk.token_bytes(t))]
         other = [b for b in range(256) if b not in plain_bytes] + sorted(tk.special_ids)
-        self._plain = np.array(plain, dtype=np.int64)
-        self._other = np.array(other, dtype=np.int64)
-        self._n, self._m = len(plain), len(other)
-        self._units_n = np.array([a for a in range(1, self._n) if math.gcd(a, self._n) == 1], dtype=np.uint64)
-        self._units_m = np.array([a for a in range(1, self._m) if math.gcd(a, self._m) == 1], dtype=np.uint64)
+        self._tiers = [np.array(t, dtype=np.int64) for t in (words, rest, other)]
+        self._units = [np.array([a for a in range(1, len(t)) if math.gcd(a, len(t)) == 1] or [1], dtype=np.uint64)
+                       for t in (words, rest, other)]
+        self._plain, self._n, self._units_n = self._tiers[0], len(words), self._units[0]
         half = (np.arange(_GAP_LEVELS, dtype=np.float64) + 0.5) / _GAP_LEVELS
         self._gaps = np.concatenate([0.005 + half * 0.245, 0.5 + half * 2.5])
         taus = 1.2 + 0.15 * np.arange(_TAU_LEVELS, dtype=np.float64)
@@ -202,15 +206,19 @@ class SimModel:
         return int(self._ranked_tokens(dists.hashes[row])[r])
 
     def _ranked_tokens(self, h: int) -> np.ndarray:
+        """Every token id in rank order: each tier in its own affine order, tiers one after the
+        other (word-like, other plain, the rest); with the EOS flag, EOS swaps with rank 0."""
         x, _, _, eos, a, b = self._row(h)
-        other_mix = mix64(x ^ _SALT_OTHER)
-        a2 = int(self._units_m[(other_mix >> 32) % len(self._units_m)])
-        b2 = other_mix % self._m
-        plain = self._plain[(a * np.arange(self._n, dtype=np.int64) + b) % self._n]
-        other = self._other[(a2 * np.arange(self._m, dtype=np.int64) + b2) % self._m]
-        ranked = np.concatenate([plain, other])
+        orders = [(a, b)]
+        for k, salt in ((1, _SALT_OTHER), (2, _SALT_OTHER2)):
+            m = mix64(x ^ salt)
+            units = self._units[k]
+            orders.append((int(units[(m >> 32) % len(units)]), m % len(self._tiers[k])))
+        parts = [tier[(mul * np.arange(len(tier), dtype=np.int64) + off) % len(tier)]
+                 for tier, (mul, off) in zip(self._tiers, orders, strict=True)]
+        ranked = np.concatenate(parts)
         if eos:
-            j = self._n + int(np.flatnonzero(other == self.eos_id)[0])
+            j = int(np.flatnonzero(ranked == self.eos_id)[0])
             ranked[0], ranked[j] = ranked[j], ranked[0]
         return ranked
 

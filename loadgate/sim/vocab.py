@@ -106,6 +106,18 @@ def _merged_candidates() -> Iterator[str]:
     yield from _letters()
 
 
+_WORD_LIKE_BYTES = b"\n .,:;()[]{}=+-*/#'\""
+
+
+def word_like(token: bytes) -> bool:
+    """Whether a token reads as text: a whitespace run, a listed word or punctuation form, or one
+    of a few single characters (newline, space, common punctuation). The simulated model puts
+    only these at the top of its distributions, so greedy output looks like words."""
+    if len(token) == 1:
+        return token in _WORD_LIKE_BYTES
+    return token in _WORD_LIKE_SET
+
+
 def build_vocab(size: int) -> list[bytes]:
     """The token table for a vocabulary of `size` entries (see the module docstring for the layout).
 
@@ -129,3 +141,6 @@ def build_vocab(size: int) -> list[bytes]:
         raise ValueError(f"vocab_size {size} is larger than the fixed candidate list")
     table.extend(s.encode("ascii") for s in SPECIAL_TOKENS)
     return table
+
+
+_WORD_LIKE_SET = frozenset(c.encode("ascii") for c in itertools.chain(_whitespace(), _word_forms()))
