@@ -12,7 +12,6 @@ The rendered text is tokenized with special tokens parsed, so the markers become
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -35,7 +34,7 @@ def _content_text(content: Any, i: int) -> str:
     raise bad_request(f"messages[{i}].content must be a string or a list of parts", "messages")
 
 
-def render_chat(messages: Sequence[Any], tools: Any = None, add_generation_prompt: bool = True) -> str:
+def render_chat(messages: Any, tools: Any = None, add_generation_prompt: bool = True) -> str:
     """The prompt text for `messages` (see the module docstring); raises ApiError(400) if malformed."""
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list", "messages")
@@ -52,7 +51,7 @@ def render_chat(messages: Sequence[Any], tools: Any = None, add_generation_promp
     return "".join(out)
 
 
-def chat_prompt_ids(tokenizer: Tokenizer, messages: Sequence[Any], tools: Any = None,
+def chat_prompt_ids(tokenizer: Tokenizer, messages: Any, tools: Any = None,
                     add_generation_prompt: bool = True) -> list[int]:
     """Token ids of the rendered chat prompt."""
     return tokenizer.encode(render_chat(messages, tools, add_generation_prompt))

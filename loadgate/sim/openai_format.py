@@ -73,6 +73,14 @@ class OpenAIFormatter:
             chunk["metrics"] = {"speculative_decoding": self.seq.spec.vllm(non_stream=False)}
         return [(chunk, "usage", [])]
 
+    def chunks(self, out: StepOutput) -> list[Event]:
+        """The stream events for `out` (defined by each route)."""
+        raise NotImplementedError
+
+    def body(self, out: StepOutput) -> dict[str, Any]:
+        """The non-stream body for the whole output `out` (defined by each route)."""
+        raise NotImplementedError
+
     def _metrics(self) -> dict[str, Any]:
         spec = self.seq.spec
         return {"time_to_first_token_ms": None, "generation_time_ms": None, "queue_time_ms": None,
