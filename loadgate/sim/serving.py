@@ -234,10 +234,9 @@ async def _stream(request: web.Request, seq: Sequence, fmt: Formatter, rec: Requ
         add(now_ns(), "done", [])
         await write(DONE)
         await resp.write_eof()
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:  # the client went away: the caller aborts the sequence
         if request.transport is not None:
             request.transport.close()
-        raise
     return resp
 
 
