@@ -65,6 +65,8 @@ class Raw:
     reads: list[tuple[int, bytes]] = field(default_factory=list)  # payload pieces, stamped
     error: ErrorInfo | None = None
     socket_reads: list[tuple[int, bytes]] | None = None  # raw transport: parsed after the fact
+    stamp_source: str = "user"  # "kernel": SO_TIMESTAMPNS receive times; "user": when the loop read
+    read_lag_max_ns: int = 0  # largest delay between a kernel stamp and the loop reading the data
 
 
 async def fetch(t: Target, body: bytes, request_id: str) -> Raw:
@@ -85,8 +87,8 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
                 reused = bool(pool.idle)
                 conn = await pool.acquire()
                 done = conn.begin()
-                conn.transport.write(wire)  # type: ignore[union-attr]
                 try:
+                    await conn.send(wire)
                     await done
                     break
                 except ConnectionResetError:
@@ -103,6 +105,8 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
     raw.end_ns = perf_counter_ns()
     if conn is not None:
         raw.socket_reads = conn.reads
+        raw.stamp_source = conn.stamp_source
+        raw.read_lag_max_ns = conn.user_lag_max_ns
         pool.release(conn, reusable=raw.error is None)
     return raw
 
@@ -185,6 +189,7 @@ def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: f
         "chunk_ns": [c.t_ns - raw.start_ns for c in d.chunks],
         "chunk_tokens": [c.n_tokens for c in d.chunks],
         "token_source": d.token_source, "finish_reason": d.finish_reason,
+        "stamp": raw.stamp_source, "read_lag_max_ns": raw.read_lag_max_ns,
         "spec": None if d.spec is None else {
             "source": d.spec.source, "verify_steps": d.spec.verify_steps,
             "draft_tokens": d.spec.draft_tokens, "accepted": d.spec.accepted,
@@ -204,18 +209,40 @@ def body_for(t: Target, req: PlannedRequest) -> bytes:
     return orjson.dumps(t.adapter.build_body(g, t.model))
 
 
-async def run_one(t: Target, req: PlannedRequest, run_tag: str, *, t0_ns: int, level: float | int,
-                  ready_ns: int, intended_ns: int | None) -> dict[str, Any]:
-    body = body_for(t, req)
-    raw = await fetch(t, body, f"{run_tag}-{req.i}")
-    return to_record(req, raw, decode(t, raw), t0_ns=t0_ns, level=level, ready_ns=ready_ns,
-                     intended_ns=intended_ns, keep_ids=t.keep_ids,
-                     prompt_overhead=t.prompt_overhead if t.pool_text is not None else 0)
+def record_of(api: str, stream: bool, keep_ids: bool, prompt_overhead: int | None, req: PlannedRequest,
+              raw: Raw, t0_ns: int, level: float | int, ready_ns: int, intended_ns: int | None) -> dict[str, Any]:
+    """Decode one finished exchange into its record (pure: the same inputs give the same record)."""
+    from loadgate.engines import adapter_for
+
+    shim = Target(None, "", adapter_for(api), "", 0.0, stream=stream)  # type: ignore[arg-type]
+    return to_record(req, raw, decode(shim, raw), t0_ns=t0_ns, level=level, ready_ns=ready_ns,
+                     intended_ns=intended_ns, keep_ids=keep_ids, prompt_overhead=prompt_overhead)
 
 
-async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: int, writer: RecordWriter,
-                      *, run_tag: str, t0_ns: int, on_done: Callable[[dict[str, Any]], None] | None = None,
-                      stop_at_ns: int | None = None) -> None:
+class Recorder:
+    """Turns finished exchanges into records on the receive loop, after each request ended.
+    (Decoding here delays no stamp: plain-HTTP reads carry kernel receive timestamps.)"""
+
+    def __init__(self, t: Target, writer: RecordWriter, on_done: Callable[[], None] | None) -> None:
+        self.t, self.writer, self.on_done = t, writer, on_done
+        self.overhead = t.prompt_overhead if t.pool_text is not None else 0
+
+    def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
+               intended_ns: int | None) -> None:
+        self.writer.write(record_of(self.t.adapter.name, self.t.stream, self.t.keep_ids, self.overhead, req,
+                                    raw, t0_ns, level, ready_ns, intended_ns))
+        if self.on_done:
+            self.on_done()
+
+
+async def run_one(t: Target, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
+                  ready_ns: int, intended_ns: int | None) -> None:
+    raw = await fetch(t, body_for(t, req), f"{run_tag}-{req.i}")
+    rec.submit(req, raw, t0_ns=t0_ns, level=level, ready_ns=ready_ns, intended_ns=intended_ns)
+
+
+async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: int, recorder: Recorder,
+                      *, run_tag: str, t0_ns: int, stop_at_ns: int | None = None) -> None:
     """`concurrency` workers; each takes the next request as soon as its previous one finished.
     `ready_ns` is the moment the worker became free, so client-side queueing is visible."""
     it: Iterator[PlannedRequest] = iter(reqs)
@@ -225,17 +252,14 @@ async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: in
             ready = perf_counter_ns()
             if stop_at_ns is not None and ready >= stop_at_ns:
                 return
-            rec = await run_one(t, req, run_tag, t0_ns=t0_ns, level=concurrency, ready_ns=ready, intended_ns=None)
-            writer.write(rec)
-            if on_done:
-                on_done(rec)
+            await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=concurrency, ready_ns=ready,
+                          intended_ns=None)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-async def open_loop(t: Target, reqs: Iterable[PlannedRequest], rate: float, writer: RecordWriter, *,
+async def open_loop(t: Target, reqs: Iterable[PlannedRequest], rate: float, recorder: Recorder, *,
                     run_tag: str, t0_ns: int, start_ns: int, max_in_flight: int | None = None,
-                    on_done: Callable[[dict[str, Any]], None] | None = None,
                     stop_at_ns: int | None = None) -> None:
     """Start each request at `start_ns + intended_offset_ns`; latency counts from that intended
     time. With `max_in_flight`, a request that finds no free slot waits (its wait stays in its
@@ -247,14 +271,11 @@ async def open_loop(t: Target, reqs: Iterable[PlannedRequest], rate: float, writ
         if sem is not None:
             await sem.acquire()
         try:
-            rec = await run_one(t, req, run_tag, t0_ns=t0_ns, level=rate, ready_ns=perf_counter_ns(),
-                                intended_ns=intended)
+            await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=rate, ready_ns=perf_counter_ns(),
+                          intended_ns=intended)
         finally:
             if sem is not None:
                 sem.release()
-        writer.write(rec)
-        if on_done:
-            on_done(rec)
 
     for req in reqs:
         intended = start_ns + (req.intended_offset_ns or 0)

@@ -15,6 +15,7 @@ it, so nothing large crosses process boundaries.
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing as mp
 import threading
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
-from loadgate.attack import Target, closed_loop, make_session, open_loop
+from loadgate.attack import Recorder, Target, closed_loop, make_session, open_loop
 from loadgate.engines import adapter_for
 from loadgate.engines.base import Sampling
 from loadgate.health import HealthMonitor
@@ -78,42 +79,44 @@ def _share(total: int, n: int, j: int) -> int:
 
 
 async def _run_in_loop(spec: TargetSpec, plan: Plan, phase: Phase, writer: RecordWriter,
-                       on_done: Callable[[dict[str, Any]], None] | None, *, concurrency: int | None,
+                       on_done: Callable[[], None] | None, *, concurrency: int | None,
                        next_index: Callable[[], int | None] | None, start_ns: int | None,
                        mine: Callable[[int], bool] = lambda k: True) -> dict[str, Any]:
     async with make_session(spec.headers) as session:
         target = spec.target(session)
+        recorder = Recorder(target, writer, on_done)
         try:
-            return await _drive(target, plan, phase, writer, on_done, concurrency=concurrency,
+            return await _drive(target, plan, phase, recorder, concurrency=concurrency,
                                 next_index=next_index, start_ns=start_ns, mine=mine)
         finally:
             if target.pool is not None:
                 target.pool.close()
 
 
-async def _drive(target: Target, plan: Plan, phase: Phase, writer: RecordWriter,
-                 on_done: Callable[[dict[str, Any]], None] | None, *, concurrency: int | None,
+async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *, concurrency: int | None,
                  next_index: Callable[[], int | None] | None, start_ns: int | None,
                  mine: Callable[[int], bool]) -> dict[str, Any]:
+    gc.collect()
+    gc.freeze()  # what exists now (plan, pools, modules) never needs scanning again: shorter pauses
     monitor = HealthMonitor()
     monitor.start()
     stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
     if phase.open_loop:
-        await open_loop(target, (plan[k] for k in phase.indices if mine(k)), float(phase.level), writer,
+        await open_loop(target, (plan[k] for k in phase.indices if mine(k)), float(phase.level), recorder,
                         run_tag=phase.run_tag, t0_ns=phase.t0_ns, start_ns=start_ns or perf_counter_ns(),
-                        max_in_flight=phase.max_in_flight, on_done=on_done, stop_at_ns=stop)
+                        max_in_flight=phase.max_in_flight, stop_at_ns=stop)
     else:
         def draw() -> Iterator[Any]:
             while next_index is not None and (k := next_index()) is not None:
                 yield plan[k]
         src = draw() if next_index is not None else (plan[k] for k in phase.indices)
-        await closed_loop(target, src, concurrency or int(phase.level), writer, run_tag=phase.run_tag,
-                          t0_ns=phase.t0_ns, on_done=on_done, stop_at_ns=stop)
+        await closed_loop(target, src, concurrency or int(phase.level), recorder, run_tag=phase.run_tag,
+                          t0_ns=phase.t0_ns, stop_at_ns=stop)
     return await monitor.stop()
 
 
 async def run_phase_here(spec: TargetSpec, plan: Plan, phase: Phase, writer: RecordWriter,
-                         on_done: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                         on_done: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Run the phase on the current event loop; returns [health]."""
     return [await _run_in_loop(spec, plan, phase, writer, on_done, concurrency=None, next_index=None,
                                start_ns=None)]
@@ -134,7 +137,7 @@ def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int],
             counter.value = k + 1
             return int(k)
 
-    def on_done(_: dict[str, Any]) -> None:
+    def on_done() -> None:
         with done.get_lock():
             done.value += 1
 
@@ -164,7 +167,7 @@ async def run_phase_workers(spec: TargetSpec, profile: Profile, pool: list[int],
     parts = [run_dir / f".part-{phase.run_tag}-{j}.jsonl" for j in range(n)]
     healths = [run_dir / f".health-{phase.run_tag}-{j}.json" for j in range(n)]
     procs = [ctx.Process(target=_worker, args=(j, n, spec, profile, pool, phase, str(parts[j]), counter, done,
-                                               ready, go, start, str(healths[j])), daemon=True)
+                                               ready, go, start, str(healths[j])), daemon=False)
              for j in range(n)]
     for p in procs:
         p.start()

@@ -144,8 +144,9 @@ class Load:
                                     exclusive_min=0.0)
     stream: bool = knob(True, "stream responses (SSE)")
     transport: Literal["socket", "aiohttp"] = knob(
-        "socket", "hot-path HTTP client: 'socket' stamps each socket read before any parsing; "
-        "'aiohttp' stamps after aiohttp parsed the read (later by a task switch)")
+        "socket", "hot-path HTTP client: 'socket' stamps each read with the kernel's receive time "
+        "(plain HTTP; user-space time for TLS) before any parsing; 'aiohttp' stamps after aiohttp "
+        "parsed the read (later by a task switch)")
     workers: int = knob(1, "client processes, each with its own event loop; raise it when the "
                         "client health check says the loop lagged", min=1, max=64)
 

@@ -26,6 +26,10 @@ Schema version 1 — fields of one record:
   token_source       where chunk token counts came from: ids, usage, meta_info, logprobs,
                      one_per_chunk
   finish_reason      as the engine said it (normalized to "length" / "stop" where possible)
+  stamp              "kernel" (socket receive timestamps, SO_TIMESTAMPNS) or "user" (time the
+                     client's loop read the data)
+  read_lag_max_ns    kernel stamps only: the longest wait between data reaching the socket and
+                     the client's loop reading it (how busy the client was)
   spec               null or {source, verify_steps, draft_tokens, accepted,
                      reported_acceptance_length}
   output_ids         output token ids when the run keeps them (exactness), else omitted

@@ -107,7 +107,7 @@ async def _phase(spec: TargetSpec, profile: Profile, plan: Plan, pool: list[int]
     if profile.load.workers > 1:
         return await run_phase_workers(spec, profile, pool, phase, profile.load.workers, run_dir, writer,
                                        on_progress=bar.update)
-    return await run_phase_here(spec, plan, phase, writer, on_done=lambda _: bar.update(1))
+    return await run_phase_here(spec, plan, phase, writer, on_done=lambda: bar.update(1))
 
 
 async def _run(profile: Profile, progress: bool) -> Path:
@@ -147,10 +147,12 @@ async def _run(profile: Profile, progress: bool) -> Path:
                 sampler = GaugeSampler(session, metrics_url)
                 if before is not None:
                     sampler.start()
-                health[str(level)] = await _phase(
-                    spec, profile, plan, pool, Phase(plan.measured_requests(), level, load.rate is not None, tag, t0,
-                                                     load.max_in_flight, load.duration_s), run_dir, writer, bar)
-                gauges = await sampler.stop()
+                try:
+                    health[str(level)] = await _phase(
+                        spec, profile, plan, pool, Phase(plan.measured_requests(), level, load.rate is not None, tag,
+                                                         t0, load.max_in_flight, load.duration_s), run_dir, writer, bar)
+                finally:
+                    gauges = await sampler.stop()
                 after = await scrape(session, metrics_url)
                 server[str(level)] = {
                     "before": None if before is None else snapshot_to_json(before),

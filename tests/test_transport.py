@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgate.transport import Pool, _Conn, parse_response
+from loadgate.transport import Pool, ProtocolConn, SocketConn, parse_response
 
 
 def chunked(pieces: list[bytes]) -> bytes:
@@ -32,7 +33,7 @@ def test_chunked_payload_survives_any_split_and_the_end_is_found_exactly_once(pi
     assert b"".join(b for _, b in r.body) == b"".join(pieces)
     # the hot-path protocol (walks framing, copies nothing) sees the end at the last read only
     async def feed() -> list[bool]:
-        conn = _Conn()
+        conn = ProtocolConn()
         done = conn.begin()
         states = []
         for _, data in reads:
@@ -77,12 +78,18 @@ def test_a_real_exchange_over_loopback_reuses_the_connection():
         pool = Pool(f"http://127.0.0.1:{port}/v1/completions")
         conns = []
         for body in (b'{"a":1}', b'{"b":2}'):
-            c: _Conn = await pool.acquire()
+            c = await pool.acquire()
+            assert isinstance(c, SocketConn)
             conns.append(id(c))
             done = c.begin()
-            c.transport.write(pool.request_bytes(body, {"x-request-id": "r"}))
+            sent = time.perf_counter_ns()
+            await c.send(pool.request_bytes(body, {"x-request-id": "r"}))
             await asyncio.wait_for(done, 5)
-            assert parse_response(c.reads).body[0][1] == b"data: x\n\n"
+            got = time.perf_counter_ns()
+            r = parse_response(c.reads)
+            assert r.body[0][1] == b"data: x\n\n"
+            # kernel receive stamps, converted to perf_counter_ns, fall inside the exchange
+            assert all(sent <= t <= got for t, _ in c.reads)
             pool.release(c, reusable=True)
         pool.close()
         server.close()

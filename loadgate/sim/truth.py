@@ -14,7 +14,7 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
   finish_reason      "stop" | "length" | "abort" | None (rejected)
   end_ns             `perf_counter_ns()` after the last byte was written (or the stream was cut)
   chunks             one `ChunkTruth` per SSE event written (or one for a whole non-stream body):
-      send_ns    `perf_counter_ns()` taken right before the bytes were written
+      send_ns    `perf_counter_ns()` when the bytes went to the socket (see serving.py)
       kind       "tokens" (carries output tokens), "role" (chat's first chunk), "usage" (final
                  usage chunk), "done" (`data: [DONE]`), "malformed", "error" (error event),
                  "body" (non-stream response body, all tokens)

@@ -1,0 +1,97 @@
+"""Truth tests: what loadgate measured against what the simulator says it sent.
+
+The simulator runs in a child process (its own event loop); loadgate runs here. Both stamp
+`perf_counter_ns` (one system-wide monotonic clock), so the simulator's send times, taken through
+the same metric definitions, are the ground truth for loadgate's receive-side figures.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loadgate.metrics import METRIC_BY_NAME, stats
+from loadgate.sim.config import SimConfig, SpeculativeConfig
+from loadgate.sim.process import SimProcess
+from tests.simtruth import profile_for, run, truth_records_like_loadgate
+
+SPEC = SimConfig(seed=3, speculative=SpeculativeConfig(method="draft_model", k=4),
+                 decode_step_us=3000, decode_us_per_seq=40, prefill_us_per_token=5)
+
+
+def _close(measured: float, truth: float) -> bool:
+    return abs(measured - truth) <= max(0.01 * abs(truth), 0.2)
+
+
+@pytest.mark.parametrize("concurrency,requests", [(1, 30), (64, 256)])
+def test_ttft_and_itl_percentiles_match_what_the_simulator_sent(tmp_path, concurrency, requests):
+    with SimProcess(SPEC) as sim:
+        run_dir, records, meta = run(profile_for(sim.url, tmp_path, requests=requests, concurrency=concurrency,
+                                                 isl=64, osl=48))
+        truth = sim.truth_records()
+    measured = [r for r in records if not r["warmup"]]
+    assert all(r["error"] is None for r in measured)
+    assert max(max(r["chunk_tokens"]) for r in measured) > 1, "speculation must bundle tokens into chunks"
+    sent = truth_records_like_loadgate(measured, truth, meta, f"{run_dir.name}-L{concurrency}")
+    assert len(sent) == requests
+    for r, t in zip(measured, sent, strict=True):
+        assert r["chunk_tokens"] == t["chunk_tokens"]  # every chunk seen, with its exact token count
+    for name in ("ttft", "itl"):
+        fn = METRIC_BY_NAME[name].fn
+        ms = stats([x for r in measured for x in fn(r)])
+        ts = stats([x for r in sent for x in fn(r)])
+        for q in ("p50", "p99"):
+            assert _close(ms[q], ts[q]), f"{name} {q}: measured {ms[q]:.4f} ms, sent {ts[q]:.4f} ms"
+
+
+def test_acceptance_length_equals_the_simulators_exactly(tmp_path):
+    from loadgate.summary import build_summary
+
+    with SimProcess(SPEC) as sim:
+        run_dir, records, meta = run(profile_for(sim.url, tmp_path, requests=40, concurrency=8, osl=40, warmup=4))
+        truth = sim.truth_records()
+    s = build_summary(run_dir)["levels"]["8"]
+    measured = {f"{run_dir.name}-L8-{r['i']}" for r in records if not r["warmup"]}
+    # the simulator's own account: every token chunk after the first is one verify step
+    steps = tokens = 0
+    for t in truth:
+        if t["request_id"] in measured:
+            chunks = [c["n_tokens"] for c in t["chunks"] if c["kind"] == "tokens"]
+            steps += len(chunks) - 1
+            tokens += sum(chunks[1:])
+    true_al = tokens / steps
+    assert s["acceptance"]["per_request"]["acceptance_length"] == pytest.approx(true_al, rel=0, abs=1e-12)
+    assert s["acceptance"]["counters"]["acceptance_length"] == pytest.approx(true_al, rel=0, abs=1e-12)
+    assert s["contamination"]["clean"] and s["acceptance"]["reconciliation"]["agree"]
+
+
+def test_every_injected_fault_is_counted_once_in_the_right_kind(tmp_path):
+    from loadgate.sim.config import FaultConfig
+
+    cfg = SimConfig(seed=11, decode_step_us=1000, decode_us_per_seq=10,
+                    faults=FaultConfig(http_429=0.04, http_500=0.04, http_503=0.04, disconnect=0.05,
+                                       malformed=0.05, error_event=0.05, stall=0.03, stall_s=0.2,
+                                       slow_first_byte=0.03, slow_first_byte_s=0.1))
+    with SimProcess(cfg) as sim:
+        run_dir, records, meta = run(profile_for(sim.url, tmp_path, requests=300, concurrency=16, osl=24))
+        truth = {t["request_id"]: t for t in sim.truth_records()}
+    expect_kind = {"http_429": "http_status", "http_500": "http_status", "http_503": "http_status",
+                   "disconnect": "disconnect", "malformed": "malformed", "error_event": "error_event"}
+    seen: dict[str, int] = {}
+    for r in records:
+        t = truth[f"{run_dir.name}-L16-{r['i']}"]
+        kinds = [expect_kind[f] for f in t["faults"] if f in expect_kind]
+        got = None if r["error"] is None else r["error"]["kind"]
+        assert got == (kinds[0] if kinds else None), f"request {r['i']}: faults {t['faults']}, recorded {r['error']}"
+        if got == "http_status":
+            assert r["status"] == int(t["faults"][0].split("_")[1])
+        for f in t["faults"]:
+            seen[f] = seen.get(f, 0) + 1
+        if "stall" in t["faults"] and got is None:
+            assert max(b - a for a, b in zip(r["chunk_ns"], r["chunk_ns"][1:])) >= 0.19e9
+        if "slow_first_byte" in t["faults"] and got is None:
+            assert r["headers_ns"] - r["start_ns"] >= 0.09e9 or r["chunk_ns"][0] >= 0.09e9
+    assert set(seen) >= set(expect_kind) | {"stall", "slow_first_byte"}, seen
+    assert len(records) == 300  # the run completed: every request has its record
+    assert not math.isnan(sum(r["end_ns"] for r in records))
