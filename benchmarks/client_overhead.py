@@ -1,12 +1,20 @@
 """Client-added delay: how late loadgate stamps chunks compared with when the simulator sent them.
 
-The simulator runs in a child process in fixed-step mode (every engine step takes exactly
-`--step-ms`, one token per sequence per step, no speculation), so each of N streams receives one
-chunk per step: N / step events per second. loadgate runs its real `measure()` path against it;
-afterwards each received chunk is matched with the simulator's ground-truth send time (the same
-system-wide monotonic clock), and the difference is the client-added delay (network stack
-included). Figures: p50 / p99 of that delay per configuration, and the highest event rate whose
-p99 stays within 2 ms.
+The simulator runs in a child process in fixed-step mode (every engine step takes exactly the
+given step, one token per sequence per step, no speculation), so each of N streams receives one
+chunk per step. loadgate runs its real `measure()` path against it; afterwards each received
+chunk is matched with the simulator's ground-truth send time (the same system-wide monotonic
+clock). Two figures per configuration:
+- stamp error: loadgate's recorded arrival time - the simulator's send time (what ends up in
+  every latency figure);
+- loop read lag: how long data waited in the socket before the client's loop read it (per
+  request, the longest wait; kernel-stamped transport only). A client that cannot keep up shows
+  it here first, and past the socket buffers it would slow the server down.
+The event rate is measured from the simulator's send times (the nominal N / step is not reached
+when the simulator itself runs out of CPU). The highest sustained rate is the largest measured
+rate whose stamp-error p99 stays within 2 ms. (Read lag is per request the longest wait, which
+includes the end of the run, when every stream finishes in the same step and the client decodes
+them all at once; kernel stamps keep it out of the figures unless the socket buffers fill.)
 
     python benchmarks/client_overhead.py                 # 64, 256, 512 streams; rate sweep
     python benchmarks/client_overhead.py --quick         # fewer steps, for a smoke run
@@ -45,38 +53,38 @@ def one(streams: int, step_ms: float, steps: int, transport: str, workers: int) 
         run_dir = measure(prof)
         truth = {t["request_id"]: t for t in sim.truth_records()}
         meta = load_json(run_dir / "meta.json")
-        health = load_json(run_dir / "health.json")[str(streams)]
-        delays, steady = [], []
+        delays, lags, sends_all = [], [], []
         t0 = meta["t0_ns"]
         for r in read_records(run_dir / "records.jsonl"):
             t = truth[f"{run_dir.name}-L{streams}-{r['i']}"]
             sends = [c["send_ns"] for c in t["chunks"] if c["kind"] == "tokens"]
+            sends_all += sends
             start = t0 + r["start_ns"]
-            d1 = [(start + got - sent) / 1e6 for got, sent in zip(r["chunk_ns"], sends, strict=False)]
-            delays += d1
-            steady += d1[2:]  # after connection set-up and the first two steps
-        d, s = np.asarray(delays), np.asarray(steady)
-        return {"streams": streams, "step_ms": step_ms, "rate": streams / (step_ms / 1e3), "transport": transport,
+            delays += [(start + got - sent) / 1e6 for got, sent in zip(r["chunk_ns"], sends, strict=False)]
+            lags.append(r.get("read_lag_max_ns", 0) / 1e6)
+        d, lag = np.asarray(delays), np.asarray(lags)
+        span = (max(sends_all) - min(sends_all)) / 1e9
+        return {"streams": streams, "step_ms": step_ms, "nominal": streams / (step_ms / 1e3),
+                "rate": len(sends_all) / span if span > 0 else 0.0, "transport": transport,
                 "workers": workers, "events": d.size, "p50": float(np.percentile(d, 50)),
-                "p99": float(np.percentile(d, 99)), "steady_p50": float(np.percentile(s, 50)),
-                "steady_p99": float(np.percentile(s, 99)),
-                "lag_p99": max(h["loop_lag_ms"]["p99"] or 0 for h in health),
-                "gc_max": max(h["gc_pause_max_ms"] for h in health)}
+                "p99": float(np.percentile(d, 99)), "lag_p50": float(np.percentile(lag, 50)),
+                "lag_p99": float(np.percentile(lag, 99))}
 
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(runs[0])
-    for k in ("p50", "p99", "steady_p50", "steady_p99", "lag_p99", "gc_max"):
+    for k in ("p50", "p99", "lag_p50", "lag_p99", "rate"):
         out[k] = float(np.median([r[k] for r in runs]))
     out["reps"] = len(runs)
     return out
 
 
 def show(r: dict[str, Any]) -> None:
-    print(f"{r['streams']:>4} streams  step {r['step_ms']:>5.1f} ms  {r['rate']:>8,.0f} ev/s  "
-          f"{r['transport']:>7} x{r['workers']}  all: p50 {r['p50']:.3f} p99 {r['p99']:.3f} ms  "
-          f"steady: p50 {r['steady_p50']:.3f} p99 {r['steady_p99']:.3f} ms  (loop lag p99 {r['lag_p99']:.2f}, "
-          f"gc max {r['gc_max']:.2f} ms; {r['events']:,} events, median of {r['reps']})", flush=True)
+    lag = (f"read lag p50 {r['lag_p50']:.3f} p99 {r['lag_p99']:.3f} ms" if r["transport"] == "socket"
+           else "read lag n/a (user-space stamps)")
+    print(f"{r['streams']:>4} streams  step {r['step_ms']:>5.1f} ms  {r['rate']:>7,.0f} ev/s "
+          f"(nominal {r['nominal']:>7,.0f})  {r['transport']:>7}  stamp error p50 {r['p50']:.3f} "
+          f"p99 {r['p99']:.3f} ms  {lag}  ({r['events']:,} events, median of {r['reps']})", flush=True)
 
 
 def measure_all(configs: list[tuple[int, float, int, str, int]], reps: int) -> list[dict[str, Any]]:
@@ -95,23 +103,23 @@ def main() -> None:
     a = ap.parse_args()
     steps, reps = (60, 1) if a.quick else (200, a.reps)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"simulator in a child process, fixed-step mode, {steps} steps per stream; 'steady' leaves out "
-          "each stream's first two chunks (connection set-up)")
+          f"simulator in a child process, fixed-step mode, {steps} steps per stream")
     print("\n-- streams at a 10 ms step (socket transport, 1 worker; aiohttp transport for comparison)")
     for r in measure_all([(n, 10.0, steps, "socket", 1) for n in (64, 256, 512)]
                          + [(n, 10.0, steps, "aiohttp", 1) for n in (64, 256, 512)], reps):
         show(r)
-    print("\n-- highest event rate with steady client-added p99 <= 2 ms (shrinking the step)")
-    sweep = [(n, step, max(30, int(steps * 10 / step)), "socket", 1)
-             for n in (256, 512) for step in (20.0, 10.0, 5.0, 2.5)]
+    print("\n-- highest event rate with stamp-error p99 <= 2 ms (shrinking the step)")
+    sweep = [(n, step, max(30, int(steps * 10 / step / 2)), "socket", 1)  # about 1 s of streaming each
+             for n in (128, 256, 512) for step in (20.0, 10.0, 5.0)]
     best = None
     for r in measure_all(sweep, reps):
         show(r)
-        if r["steady_p99"] <= 2.0 and (best is None or r["rate"] > best["rate"]):
+        if r["p99"] <= 2.0 and (best is None or r["rate"] > best["rate"]):
             best = r
     if best:
-        print(f"\nhighest sustained: {best['rate']:,.0f} events/s ({best['streams']} streams, "
-              f"{best['step_ms']} ms steps) with steady p99 {best['steady_p99']:.2f} ms")
+        print(f"\nhighest sustained: {best['rate']:,.0f} events/s measured ({best['streams']} streams, "
+              f"{best['step_ms']} ms steps): stamp error p99 {best['p99']:.3f} ms, read lag p99 "
+              f"{best['lag_p99']:.3f} ms")
     else:
         print("\nno configuration kept p99 <= 2 ms")
 

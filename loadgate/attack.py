@@ -258,6 +258,15 @@ async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: in
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
+async def sleep_until(t_ns: int) -> None:
+    """Wait until perf_counter_ns() >= t_ns, never earlier: the loop's timers have about 1 ms of
+    granularity and may fire early, so the last millisecond is spent yielding to the loop."""
+    while (left := t_ns - perf_counter_ns()) > 1_500_000:
+        await asyncio.sleep((left - 1_000_000) / 1e9)
+    while perf_counter_ns() < t_ns:
+        await asyncio.sleep(0)
+
+
 async def open_loop(t: Target, reqs: Iterable[PlannedRequest], rate: float, recorder: Recorder, *,
                     run_tag: str, t0_ns: int, start_ns: int, max_in_flight: int | None = None,
                     stop_at_ns: int | None = None) -> None:
@@ -281,9 +290,7 @@ async def open_loop(t: Target, reqs: Iterable[PlannedRequest], rate: float, reco
         intended = start_ns + (req.intended_offset_ns or 0)
         if stop_at_ns is not None and intended >= stop_at_ns:
             break
-        delay = (intended - perf_counter_ns()) / 1e9
-        if delay > 0:
-            await asyncio.sleep(delay)
+        await sleep_until(intended)
         task = asyncio.create_task(one(req, intended))
         tasks.add(task)
         task.add_done_callback(tasks.discard)

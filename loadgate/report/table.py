@@ -84,7 +84,8 @@ def render_summary(summary: dict[str, Any]) -> str:
                        + (f" ({tc['prompt_unverified']} prompts unverified: server gave no count)"
                           if tc["prompt_unverified"] else ""))
         gauges = s.get("server_gauges") or {}
-        parts = [f"{k} {fmt(v['min'])}/{fmt(v['mean'])}/{fmt(v['max'])}" for k, v in gauges.items() if v]
+        parts = [f"KV cache {v['min']:.2%}/{v['mean']:.2%}/{v['max']:.2%}" if k == "kv_cache_usage" else
+                 f"{k} {fmt(v['min'], 1)}/{fmt(v['mean'], 1)}/{fmt(v['max'], 1)}" for k, v in gauges.items() if v]
         if parts:
             out.append("server (min/mean/max): " + " · ".join(parts))
         h = s.get("client_health")

@@ -1,0 +1,94 @@
+"""Warmup stays out of every counter delta; foreign traffic trips the contamination check; the
+run's verdict maps to exit codes; sweeps and open loops run end to end against the simulator."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import urllib.request
+
+import orjson
+import pytest
+
+from loadgate.cli import main
+from loadgate.errors import MeasurementInvalid
+from loadgate.profile import HealthBudgets
+from loadgate.runner import run_profile
+from loadgate.sim.config import SimConfig, SpeculativeConfig
+from loadgate.sim.process import SimProcess
+from loadgate.summary import build_summary
+from tests.simtruth import profile_for, run
+
+FAST = SimConfig(seed=5, speculative=SpeculativeConfig(method="draft_model", k=3), decode_step_us=1500,
+                 decode_us_per_seq=20)
+
+
+def test_warmup_requests_do_not_leak_into_counter_deltas(tmp_path):
+    with SimProcess(FAST) as sim:
+        run_dir, records, _ = run(profile_for(sim.url, tmp_path, requests=24, concurrency=4, warmup=12, osl=20))
+    s = build_summary(run_dir)["levels"]["4"]
+    assert sum(r["warmup"] for r in records) == 12
+    c = s["contamination"]
+    assert c["clean"], c["problems"]
+    assert c["server_requests"] == 24 == c["client_requests"]  # the 12 warmup requests are not in the window
+    assert s["acceptance"]["counters"]["acceptance_length"] == s["acceptance"]["per_request"]["acceptance_length"]
+
+
+def test_foreign_traffic_during_the_window_trips_the_contamination_check(tmp_path, capsys):
+    with SimProcess(FAST) as sim:
+        def intruder() -> None:
+            time.sleep(0.3)
+            body = orjson.dumps({"model": "sim-tiny", "prompt": "someone else", "max_tokens": 8, "ignore_eos": True})
+            for _ in range(3):
+                req = urllib.request.Request(sim.url + "/v1/completions", data=body,
+                                             headers={"content-type": "application/json"})
+                urllib.request.urlopen(req, timeout=10).read()
+
+        th = threading.Thread(target=intruder)
+        th.start()
+        prof = profile_for(sim.url, tmp_path, requests=60, concurrency=2, osl=24)
+        with pytest.raises(MeasurementInvalid) as err:
+            run_profile(prof, progress=False)
+        th.join()
+    assert err.value.exit_code == 30
+    assert "contamination" in err.value.message and "finished 63 requests" in err.value.message
+    assert "CONTAMINATION" in capsys.readouterr().out
+
+
+def test_a_client_over_its_health_budget_makes_the_run_invalid_with_advice(tmp_path):
+    with SimProcess(FAST) as sim:
+        prof = profile_for(sim.url, tmp_path, requests=8, concurrency=2, osl=8)
+        prof = dataclasses.replace(prof, health=HealthBudgets(loop_lag_p99_ms=1e-6))
+        with pytest.raises(MeasurementInvalid) as err:
+            run_profile(prof, progress=False)
+    assert "loop lag" in err.value.message and "workers" in err.value.message
+
+
+def test_concurrency_sweep_and_open_loop_run_end_to_end(tmp_path):
+    with SimProcess(FAST) as sim:
+        run_dir, _, _ = run(profile_for(sim.url, tmp_path, requests=12, concurrency=(1, 4), osl=8))
+        summary = build_summary(run_dir)
+        assert set(summary["levels"]) == {"1", "4"} and all(s["succeeded"] == 12 for s in summary["levels"].values())
+        run_dir2, recs2, _ = run(profile_for(sim.url, tmp_path, requests=30, rate=40.0, osl=8))
+    assert all(r["intended_ns"] is not None for r in recs2)
+    # latency counts from the intended start, so client queueing can never hide
+    assert all(r["start_ns"] >= r["intended_ns"] for r in recs2)
+
+
+def test_cli_run_and_report_on_the_embedded_simulator(tmp_path, capsys):
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"""
+name: tiny
+target: {{endpoint: embedded, sim: {{decode_step_us: 1000, speculative: {{method: ngram, k: 2}}}}}}
+workload: {{requests: 10, input_len: {{dist: fixed, value: 16}}, output_len: {{dist: fixed, value: 8}}}}
+load: {{concurrency: 2}}
+output: {{dir: {tmp_path / 'out'}, run_id: r1}}
+""")
+    assert main(["run", "-q", str(prof)]) == 0
+    out = capsys.readouterr().out
+    assert "ttft" in out and "acceptance length" in out and "contamination check passed" in out
+    assert main(["report", str(tmp_path / "out" / "r1")]) == 0
+    again = capsys.readouterr().out
+    assert again.split("\n")[1:6] == out.split("\n")[1:6]  # the same table from the records alone
+    assert main(["report", str(tmp_path)]) == 2
