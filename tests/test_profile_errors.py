@@ -7,31 +7,12 @@ a key path (YAML syntax errors, top level) drop those parts.
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 from typing import NamedTuple
 
-import click
 import pytest
 
-
-def _cli_main():
-    """`loadgate.cli.main`; stubs the `sim` sub-command if its module is not written yet."""
-    try:
-        import loadgate.sim.cli  # noqa: F401
-    except ModuleNotFoundError as e:
-        if e.name != "loadgate.sim.cli":
-            raise
-        stub = types.ModuleType("loadgate.sim.cli")
-        stub.sim = click.Command("sim")  # type: ignore[attr-defined]
-        sys.modules["loadgate.sim.cli"] = stub
-    from loadgate.cli import main
-
-    return main
-
-
-main = _cli_main()
+from loadgate.cli import main
 
 
 class Case(NamedTuple):

@@ -7,19 +7,17 @@ import dataclasses
 import json
 import math
 import re
-import sys
-import types
 import typing
 from pathlib import Path
 from typing import Any
 
-import click
 import jsonschema
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadgate.cli import main
 from loadgate.errors import ProfileError
 from loadgate.profile import Distribution, Load, MixtureComponent, Profile, load_profile, profile_json_schema
 from loadgate.sim.config import SimConfig
@@ -30,22 +28,6 @@ QUICKSTART = PROFILES / "quickstart.yaml"
 EXAMPLE_FULL = PROFILES / "example-full.yaml"
 
 
-def _cli_main():
-    """`loadgate.cli.main`; stubs the `sim` sub-command if its module is not written yet."""
-    try:
-        import loadgate.sim.cli  # noqa: F401
-    except ModuleNotFoundError as e:
-        if e.name != "loadgate.sim.cli":
-            raise
-        stub = types.ModuleType("loadgate.sim.cli")
-        stub.sim = click.Command("sim")  # type: ignore[attr-defined]
-        sys.modules["loadgate.sim.cli"] = stub
-    from loadgate.cli import main
-
-    return main
-
-
-main = _cli_main()
 
 
 def _dataclasses(root: type) -> list[type]:
