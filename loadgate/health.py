@@ -15,6 +15,7 @@ engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import resource
 from dataclasses import dataclass, field
@@ -67,10 +68,8 @@ class HealthMonitor:
             gc.callbacks.remove(self._gc_cb)
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         wall = perf_counter() - self._wall0
         self.cpu_fraction = (self._cpu() - self._cpu0) / wall if wall > 0 else None
         lags = np.asarray(self.lags_ms)

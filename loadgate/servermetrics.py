@@ -10,6 +10,7 @@ serves several engines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,10 +114,8 @@ class GaugeSampler:
     async def stop(self) -> dict[str, Any]:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         samples: dict[str, list[float]] = {k: [] for k in GAUGES}
         for text in self.texts:
             try:

@@ -6,8 +6,11 @@ attack loop sends the bytes and keeps the reads; decoding happens after the requ
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+import orjson
 
 # Where a chunk's token count came from, strongest first.
 TokenSource = Literal["ids", "usage", "meta_info", "logprobs", "one_per_chunk"]
@@ -124,3 +127,30 @@ def error_message(obj: Any) -> str | None:
     if isinstance(err, dict):
         return str(err.get("message") or err)
     return str(err)
+
+
+def load_payload(data: bytes, what: str) -> tuple[Any, ErrorInfo | None]:
+    """Parse one SSE payload or body: (object, None); or (object, error) when it is an engine error
+    object; or (None, error) when it is not JSON."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None, ErrorInfo("malformed", f"unparseable {what}: {data[:80]!r}")
+    msg = error_message(obj)
+    return obj, (ErrorInfo("error_event", msg) if msg is not None else None)
+
+
+def iter_objects(events: list[tuple[int, bytes]], d: Decoded) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a stream with their arrival times, up to `[DONE]`. A malformed event is
+    recorded in `d.error` and skipped; an error event is recorded and ends the stream."""
+    for t_ns, data in events:
+        if data == b"[DONE]":
+            return
+        obj, err = load_payload(data, "event")
+        if err is not None and err.kind == "error_event":
+            d.error = err
+            return
+        if err is None and isinstance(obj, dict):
+            yield t_ns, obj
+        elif d.error is None:
+            d.error = err or ErrorInfo("malformed", f"event is not an object: {data[:80]!r}")

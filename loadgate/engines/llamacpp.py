@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from loadgate.engines.base import Chunk, Decoded, ErrorInfo, GenRequest, SpecStats, error_message
+from loadgate.engines.base import Chunk, Decoded, GenRequest, SpecStats, iter_objects, load_payload
 
 
 def _spec(timings: dict[str, Any]) -> SpecStats | None:
@@ -71,18 +69,7 @@ class LlamaCppCompletion:
         d = Decoded(token_source="ids", output_ids=[], logprobs=[], top_logprobs=[])
         text: list[str] = []
         want_probs = False
-        for t_ns, data in events:
-            if data == b"[DONE]":
-                break
-            try:
-                obj = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                d.error = d.error or ErrorInfo("malformed", f"unparseable event: {data[:80]!r}")
-                continue
-            msg = error_message(obj)
-            if msg is not None:
-                d.error = ErrorInfo("error_event", msg)
-                break
+        for t_ns, obj in iter_objects(events, d):
             toks = obj.get("tokens") or []
             want_probs = want_probs or "completion_probabilities" in obj
             self._probs(d, len(d.output_ids or []), len(toks), obj.get("completion_probabilities"))
@@ -102,13 +89,9 @@ class LlamaCppCompletion:
         return d
 
     def decode_body(self, t_ns: int, body: bytes) -> Decoded:
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return Decoded(error=ErrorInfo("malformed", f"unparseable body: {body[:80]!r}"))
-        msg = error_message(obj)
-        if msg is not None:
-            return Decoded(error=ErrorInfo("error_event", msg))
+        obj, err = load_payload(body, "body")
+        if err is not None:
+            return Decoded(error=err)
         toks = list(obj.get("tokens") or [])
         d = Decoded(token_source="ids", output_ids=toks, text=obj.get("content") or "",
                     finish_reason=_stop_reason(obj), prompt_tokens=obj.get("tokens_evaluated"),

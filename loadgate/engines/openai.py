@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from loadgate.engines.base import (
     Chunk,
     Decoded,
-    ErrorInfo,
     GenRequest,
     SpecStats,
     TokenSource,
-    error_message,
+    iter_objects,
+    load_payload,
 )
 
 _RANK: dict[str, int] = {"ids": 0, "usage": 1, "meta_info": 1, "logprobs": 2, "one_per_chunk": 3}
@@ -107,22 +105,7 @@ class _OpenAIBase:
         source_rank = 0
         last_completion = 0
         text: list[str] = []
-        for t_ns, data in events:
-            if data == b"[DONE]":
-                break
-            try:
-                obj = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                if d.error is None:
-                    d.error = ErrorInfo("malformed", f"unparseable event: {data[:80]!r}")
-                continue
-            msg = error_message(obj)
-            if msg is not None:
-                d.error = ErrorInfo("error_event", msg)
-                break
-            if not isinstance(obj, dict):
-                d.error = d.error or ErrorInfo("malformed", f"event is not an object: {data[:80]!r}")
-                continue
+        for t_ns, obj in iter_objects(events, d):
             usage = obj.get("usage")
             usage_delta = None
             if isinstance(usage, dict):
@@ -174,13 +157,9 @@ class _OpenAIBase:
         return d
 
     def decode_body(self, t_ns: int, body: bytes) -> Decoded:
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return Decoded(error=ErrorInfo("malformed", f"unparseable body: {body[:80]!r}"))
-        msg = error_message(obj)
-        if msg is not None:
-            return Decoded(error=ErrorInfo("error_event", msg))
+        obj, err = load_payload(body, "body")
+        if err is not None:
+            return Decoded(error=err)
         d = Decoded(token_source="ids")
         usage = obj.get("usage") or {}
         d.prompt_tokens, d.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from loadgate.engines.base import Chunk, Decoded, ErrorInfo, GenRequest, SpecStats, error_message
+from loadgate.engines.base import Chunk, Decoded, GenRequest, SpecStats, iter_objects, load_payload
 
 
 def _finish(meta: dict[str, Any]) -> str | None:
@@ -82,18 +80,7 @@ class SGLangGenerate:
         tops: list[Any] = []
         text = ""
         meta: dict[str, Any] = {}
-        for t_ns, data in events:
-            if data == b"[DONE]":
-                break
-            try:
-                obj = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                d.error = d.error or ErrorInfo("malformed", f"unparseable event: {data[:80]!r}")
-                continue
-            msg = error_message(obj)
-            if msg is not None:
-                d.error = ErrorInfo("error_event", msg)
-                break
+        for t_ns, obj in iter_objects(events, d):
             meta = obj.get("meta_info") or {}
             ct = meta.get("completion_tokens")
             new_ids = obj.get("output_ids")
@@ -128,15 +115,11 @@ class SGLangGenerate:
         return d
 
     def decode_body(self, t_ns: int, body: bytes) -> Decoded:
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return Decoded(error=ErrorInfo("malformed", f"unparseable body: {body[:80]!r}"))
+        obj, err = load_payload(body, "body")
+        if err is not None:
+            return Decoded(error=err)
         if isinstance(obj, list):
             obj = obj[0] if obj else {}
-        msg = error_message(obj)
-        if msg is not None:
-            return Decoded(error=ErrorInfo("error_event", msg))
         meta = obj.get("meta_info") or {}
         d = Decoded(token_source="ids", text=obj.get("text") or "")
         if isinstance(obj.get("output_ids"), list):
