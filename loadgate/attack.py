@@ -32,26 +32,42 @@ def make_session(headers: dict[str, str] | None = None) -> aiohttp.ClientSession
                                  timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
 
 
-@dataclass
-class Target:
-    """Where and how to send: the adapter, the full URL, the model name, per-request options."""
+@dataclass(frozen=True)
+class TargetSpec:
+    """Everything about where and how to send, picklable (worker processes rebuild a Target)."""
 
-    session: aiohttp.ClientSession
-    url: str
-    adapter: EngineAdapter
+    base_url: str
+    api: str
     model: str
     timeout_s: float
     stream: bool = True
     logprobs: int | None = None
     keep_ids: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
     sampling: Sampling = field(default_factory=Sampling)
     extra: dict[str, Any] = field(default_factory=dict)
     # text-only APIs: the text of each pool id, and the tokens the chat template adds
     pool_text: dict[int, str] | None = None
     prompt_overhead: int | None = 0
-    # the hot-path transport: a raw-socket Pool (default) or the aiohttp session
-    pool: Pool | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    transport: str = "socket"  # the hot-path client: "socket" (kernel stamps) or "aiohttp"
+
+
+@dataclass
+class Target:
+    """A TargetSpec bound to this process's event loop: adapter, URL, sessions and pools."""
+
+    spec: TargetSpec
+    session: aiohttp.ClientSession
+    adapter: EngineAdapter = field(init=False)
+    url: str = field(init=False)
+    pool: Pool | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        from loadgate.engines import adapter_for
+
+        self.adapter = adapter_for(self.spec.api)
+        self.url = self.spec.base_url + self.adapter.path
+        self.pool = Pool(self.url) if self.spec.transport == "socket" else None
 
 
 @dataclass
@@ -79,10 +95,10 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
     assert t.pool is not None
     pool = t.pool
     raw = Raw(start_ns=perf_counter_ns())
-    wire = pool.request_bytes(body, {"x-request-id": request_id, **t.headers})
+    wire = pool.request_bytes(body, {"x-request-id": request_id, **t.spec.headers})
     conn = None
     try:
-        async with asyncio.timeout(t.timeout_s):
+        async with asyncio.timeout(t.spec.timeout_s):
             for attempt in (0, 1):
                 reused = bool(pool.idle)
                 conn = await pool.acquire()
@@ -97,7 +113,7 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
                         continue
                     raise
     except TimeoutError:
-        raw.error = ErrorInfo("timeout", f"no complete response within {t.timeout_s:g} s")
+        raw.error = ErrorInfo("timeout", f"no complete response within {t.spec.timeout_s:g} s")
     except ConnectionResetError as e:
         raw.error = ErrorInfo("disconnect", str(e))
     except OSError as e:
@@ -129,9 +145,9 @@ async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
     raw = Raw(start_ns=perf_counter_ns())
     reads = raw.reads
     try:
-        async with asyncio.timeout(t.timeout_s):
+        async with asyncio.timeout(t.spec.timeout_s):
             async with t.session.post(t.url, data=body, headers={
-                    "content-type": "application/json", "x-request-id": request_id, **t.headers}) as resp:
+                    "content-type": "application/json", "x-request-id": request_id, **t.spec.headers}) as resp:
                 raw.headers_ns = perf_counter_ns()
                 raw.status = resp.status
                 readany = resp.content.readany
@@ -142,7 +158,7 @@ async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
                         break
                     reads.append((ts, b))
     except TimeoutError:
-        raw.error = ErrorInfo("timeout", f"no complete response within {t.timeout_s:g} s")
+        raw.error = ErrorInfo("timeout", f"no complete response within {t.spec.timeout_s:g} s")
     except aiohttp.ClientConnectorError as e:
         raw.error = ErrorInfo("connect", str(e))
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as e:
@@ -153,20 +169,20 @@ async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
     return raw
 
 
-def decode(t: Target, raw: Raw) -> Decoded:
+def decode(adapter: EngineAdapter, stream: bool, raw: Raw) -> Decoded:
     """Turn the kept bytes into a `Decoded` (after the request ended)."""
     finish_socket(raw)
     if raw.status is not None and raw.status != 200:
         body = b"".join(b for _, b in raw.reads)
         return Decoded(error=ErrorInfo("http_status", f"HTTP {raw.status}: {body[:200].decode('utf-8', 'replace')}"))
-    if t.stream:
+    if stream:
         events, truncated = frame_sse(raw.reads)
-        d = t.adapter.decode_stream([(e.t_ns, e.data) for e in events])
+        d = adapter.decode_stream([(e.t_ns, e.data) for e in events])
         if d.error is None and raw.error is None and truncated:
             d.error = ErrorInfo("malformed", "stream ended inside an event")
     else:
         body = b"".join(b for _, b in raw.reads)
-        d = t.adapter.decode_body(raw.reads[-1][0], body) if raw.reads else Decoded()
+        d = adapter.decode_body(raw.reads[-1][0], body) if raw.reads else Decoded()
     if raw.error is not None:
         d.error = raw.error  # a transport failure outranks what the partial stream said
     elif not d.chunks and d.error is None:
@@ -201,12 +217,13 @@ def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: f
 
 
 def body_for(t: Target, req: PlannedRequest) -> bytes:
+    s = t.spec
     ids, text = req.prompt_ids, req.prompt_text
-    if ids is not None and t.pool_text is not None:  # a text-only API: send the ids' exact text
-        ids, text = None, "".join(t.pool_text[i] for i in req.prompt_ids)  # type: ignore[union-attr]
+    if ids is not None and s.pool_text is not None:  # a text-only API: send the ids' exact text
+        ids, text = None, "".join(s.pool_text[i] for i in ids)
     g = GenRequest(max_tokens=req.output_len, prompt_ids=ids, prompt_text=text, messages=req.messages,
-                   stream=t.stream, logprobs=t.logprobs, sampling=t.sampling, extra=t.extra)
-    return orjson.dumps(t.adapter.build_body(g, t.model))
+                   stream=s.stream, logprobs=s.logprobs, sampling=s.sampling, extra=s.extra)
+    return orjson.dumps(t.adapter.build_body(g, s.model))
 
 
 def record_of(api: str, stream: bool, keep_ids: bool, prompt_overhead: int | None, req: PlannedRequest,
@@ -214,8 +231,7 @@ def record_of(api: str, stream: bool, keep_ids: bool, prompt_overhead: int | Non
     """Decode one finished exchange into its record (pure: the same inputs give the same record)."""
     from loadgate.engines import adapter_for
 
-    shim = Target(None, "", adapter_for(api), "", 0.0, stream=stream)  # type: ignore[arg-type]
-    return to_record(req, raw, decode(shim, raw), t0_ns=t0_ns, level=level, ready_ns=ready_ns,
+    return to_record(req, raw, decode(adapter_for(api), stream, raw), t0_ns=t0_ns, level=level, ready_ns=ready_ns,
                      intended_ns=intended_ns, keep_ids=keep_ids, prompt_overhead=prompt_overhead)
 
 
@@ -225,11 +241,11 @@ class Recorder:
 
     def __init__(self, t: Target, writer: RecordWriter, on_done: Callable[[], None] | None) -> None:
         self.t, self.writer, self.on_done = t, writer, on_done
-        self.overhead = t.prompt_overhead if t.pool_text is not None else 0
+        self.overhead = t.spec.prompt_overhead if t.spec.pool_text is not None else 0
 
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
-        self.writer.write(record_of(self.t.adapter.name, self.t.stream, self.t.keep_ids, self.overhead, req,
+        self.writer.write(record_of(self.t.spec.api, self.t.spec.stream, self.t.spec.keep_ids, self.overhead, req,
                                     raw, t0_ns, level, ready_ns, intended_ns))
         if self.on_done:
             self.on_done()
@@ -242,9 +258,10 @@ async def run_one(t: Target, req: PlannedRequest, run_tag: str, rec: Recorder, *
 
 
 async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: int, recorder: Recorder,
-                      *, run_tag: str, t0_ns: int, stop_at_ns: int | None = None) -> None:
+                      *, run_tag: str, t0_ns: int, stop_at_ns: int | None = None, level: int | None = None) -> None:
     """`concurrency` workers; each takes the next request as soon as its previous one finished.
-    `ready_ns` is the moment the worker became free, so client-side queueing is visible."""
+    `ready_ns` is the moment the worker became free, so client-side queueing is visible. `level`
+    is the whole run's concurrency when this loop is one worker process's share of it."""
     it: Iterator[PlannedRequest] = iter(reqs)
 
     async def worker() -> None:
@@ -252,7 +269,7 @@ async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: in
             ready = perf_counter_ns()
             if stop_at_ns is not None and ready >= stop_at_ns:
                 return
-            await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=concurrency, ready_ns=ready,
+            await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=level or concurrency, ready_ns=ready,
                           intended_ns=None)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))

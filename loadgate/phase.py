@@ -19,48 +19,17 @@ import gc
 import multiprocessing as mp
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
-from loadgate.attack import Recorder, Target, closed_loop, make_session, open_loop
-from loadgate.engines import adapter_for
-from loadgate.engines.base import Sampling
+from loadgate.attack import Recorder, Target, TargetSpec, closed_loop, make_session, open_loop
 from loadgate.health import HealthMonitor
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.plan import Plan, build_plan
 from loadgate.profile import Profile
 from loadgate.records import RecordWriter
-from loadgate.transport import Pool
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """Everything needed to rebuild a `Target` in another process."""
-
-    base_url: str
-    api: str
-    model: str
-    timeout_s: float
-    stream: bool = True
-    logprobs: int | None = None
-    keep_ids: bool = False
-    headers: dict[str, str] = field(default_factory=dict)
-    sampling: Sampling = field(default_factory=Sampling)
-    extra: dict[str, Any] = field(default_factory=dict)
-    pool_text: dict[int, str] | None = None
-    prompt_overhead: int | None = 0
-    transport: str = "socket"
-
-    def target(self, session: Any) -> Target:
-        adapter = adapter_for(self.api)
-        url = self.base_url + adapter.path
-        return Target(session, url, adapter, self.model, self.timeout_s,
-                      stream=self.stream, logprobs=self.logprobs, keep_ids=self.keep_ids,
-                      sampling=self.sampling, extra=self.extra, pool_text=self.pool_text,
-                      prompt_overhead=self.prompt_overhead,
-                      pool=Pool(url) if self.transport == "socket" else None, headers=dict(self.headers))
 
 
 @dataclass(frozen=True)
@@ -83,7 +52,7 @@ async def _run_in_loop(spec: TargetSpec, plan: Plan, phase: Phase, writer: Recor
                        next_index: Callable[[], int | None] | None, start_ns: int | None,
                        mine: Callable[[int], bool] = lambda k: True) -> dict[str, Any]:
     async with make_session(spec.headers) as session:
-        target = spec.target(session)
+        target = Target(spec, session)
         recorder = Recorder(target, writer, on_done)
         try:
             return await _drive(target, plan, phase, recorder, concurrency=concurrency,
@@ -111,7 +80,7 @@ async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *
                 yield plan[k]
         src = draw() if next_index is not None else (plan[k] for k in phase.indices)
         await closed_loop(target, src, concurrency or int(phase.level), recorder, run_tag=phase.run_tag,
-                          t0_ns=phase.t0_ns, stop_at_ns=stop)
+                          t0_ns=phase.t0_ns, stop_at_ns=stop, level=int(phase.level))
     return await monitor.stop()
 
 

@@ -22,10 +22,10 @@ import orjson
 from tqdm import tqdm
 
 from loadgate import __version__
-from loadgate.attack import make_session
+from loadgate.attack import TargetSpec, make_session
 from loadgate.errors import EngineError, MeasurementInvalid
 from loadgate.jsonutil import dump_json
-from loadgate.phase import Phase, TargetSpec, run_phase_here, run_phase_workers
+from loadgate.phase import Phase, run_phase_here, run_phase_workers
 from loadgate.plan import Plan, build_plan
 from loadgate.profile import Profile
 from loadgate.records import RecordWriter

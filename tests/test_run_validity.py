@@ -92,3 +92,15 @@ output: {{dir: {tmp_path / 'out'}, run_id: r1}}
     again = capsys.readouterr().out
     assert again.split("\n")[1:6] == out.split("\n")[1:6]  # the same table from the records alone
     assert main(["report", str(tmp_path)]) == 2
+
+
+def test_two_worker_processes_share_one_closed_loop_and_one_schedule(tmp_path):
+    with SimProcess(FAST) as sim:
+        run_dir, records, _ = run(profile_for(sim.url, tmp_path, requests=40, concurrency=6, osl=8, warmup=4,
+                                              workers=2))
+        s = build_summary(run_dir)["levels"]["6"]
+        run_dir2, recs2, _ = run(profile_for(sim.url, tmp_path, requests=30, rate=50.0, osl=8, workers=2))
+    assert sorted(r["i"] for r in records) == list(range(44))  # every request once, warmup included
+    assert s["contamination"]["clean"] and s["client_health"]["workers"] == 2
+    assert sorted(r["i"] for r in recs2) == list(range(30))
+    assert all(r["start_ns"] >= r["intended_ns"] for r in recs2)
