@@ -41,14 +41,68 @@ def schema() -> None:
 @cli.command()
 @click.argument("profile", type=click.Path(dir_okay=False))
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
-def run(profile: str, quiet: bool) -> None:
-    """Run PROFILE: start or reach the engine, send the load, write results/<run-id>/, print a table."""
+@click.option("--unverified", is_flag=True,
+              help="measure without an exactness check; figures are marked UNVERIFIED and the exit code is 11")
+def run(profile: str, quiet: bool, unverified: bool) -> None:
+    """Run PROFILE: fingerprint the engine, check exactness against the baseline, and only if that
+    passes, measure; write results/<run-id>/ and print the report and tables."""
     from loadgate.profile import load_profile
     from loadgate.runner import run_profile
 
-    code = run_profile(load_profile(profile), progress=not quiet)
+    code = run_profile(load_profile(profile), progress=not quiet, unverified=unverified)
     if code:
         sys.exit(code)
+
+
+@cli.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+def check(profile: str) -> None:
+    """Run only the exactness check of PROFILE; write results/<run-id>/ with the report, reproducer
+    bundles and, when it passes, the attestation. Exit 0 passed, 10 failed."""
+    from loadgate.gate import run_check_only
+    from loadgate.profile import load_profile
+
+    run_check_only(load_profile(profile))
+
+
+@cli.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@click.option("--out", default="baselines", show_default=True, type=click.Path(file_okay=False),
+              help="folder that receives <profile name>-<sha256[:12]>.json")
+def baseline(profile: str, out: str) -> None:
+    """Capture a baseline from PROFILE's target: every corpus case, one at a time, with token ids,
+    raw logprobs, top alternatives and finish reasons; print the file written."""
+    from pathlib import Path
+
+    from loadgate.gate import run_baseline
+    from loadgate.profile import load_profile
+
+    click.echo(run_baseline(load_profile(profile), Path(out)))
+
+
+@cli.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@click.option("--against", type=click.Path(dir_okay=False, exists=True),
+              help="a saved fingerprint (fingerprint.json, attestation.json or a baseline file) to diff with")
+def fingerprint(profile: str, against: str | None) -> None:
+    """Print the configuration fingerprint of PROFILE's engine (canonical JSON and sha256), or the
+    fields that differ from a saved one."""
+    from loadgate.gate import show_fingerprint
+    from loadgate.profile import load_profile
+
+    click.echo(show_fingerprint(load_profile(profile), against))
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path(dir_okay=False, exists=True))
+@click.option("--endpoint", help="send to this base URL instead of the one recorded in the bundle")
+@click.option("--times", default=1, show_default=True, type=click.IntRange(1, 1000), help="how many times")
+def replay(bundle: str, endpoint: str | None, times: int) -> None:
+    """Re-send one reproducer bundle's request alone and compare the answer with its baseline.
+    Exit 0 when every answer matches the baseline's tokens, 10 otherwise."""
+    from loadgate.gate import run_replay
+
+    run_replay(bundle, endpoint, times)
 
 
 @cli.command()

@@ -87,6 +87,10 @@ class Target:
     metrics_url: str | None = knob(None, "Prometheus /metrics URL; default: endpoint + /metrics")
     timeout_s: float = knob(600.0, "per-request timeout, seconds", exclusive_min=0.0)
     headers: dict[str, str] = field(default_factory=dict, metadata={"help": "extra HTTP headers"})
+    declared: dict[str, str] = field(default_factory=dict, metadata={
+        "help": "configuration the engine does not serve, for the fingerprint: model revision, weight "
+                "and tokenizer hashes, engine commit, attention backend, dtype, kv dtype, GPU, driver, "
+                "speculative method / draft model / k, determinism flags, …"})
 
     def check(self) -> list[tuple[str, str]]:
         """Endpoint and metrics URL are http(s) URLs; speculation has acceptance probabilities."""
@@ -163,6 +167,60 @@ class Load:
 
 
 @dataclass(frozen=True)
+class Contract:
+    """What the exactness check requires (see README: contracts)."""
+
+    tier: Literal["bit-exact", "token-exact", "logprob-tolerance", "near-tie-tolerant"] = knob(
+        "bit-exact", "the contract tier")
+    tolerance: float | None = knob(None, "logprob-tolerance: largest logprob difference, nats", min=0.0)
+    gap: float | None = knob(None, "near-tie-tolerant: largest baseline top-2 gap at a divergence, nats",
+                             min=0.0)
+
+    def check(self) -> list[tuple[str, str]]:
+        if self.tier == "logprob-tolerance" and self.tolerance is None:
+            return [("tolerance", "required when tier is 'logprob-tolerance'")]
+        if self.tier == "near-tie-tolerant" and self.gap is None:
+            return [("gap", "required when tier is 'near-tie-tolerant'")]
+        if self.tolerance is not None and self.tier != "logprob-tolerance":
+            return [("tolerance", f"only read when tier is 'logprob-tolerance', not {self.tier!r}")]
+        if self.gap is not None and self.tier != "near-tie-tolerant":
+            return [("gap", f"only read when tier is 'near-tie-tolerant', not {self.tier!r}")]
+        return []
+
+
+@dataclass(frozen=True)
+class Scenarios:
+    """How the corpus is replayed against the candidate; each scenario compares every sequence."""
+
+    solo: bool = knob(True, "each case alone, one request at a time")
+    concurrent: int = knob(0, "every case with this many requests in flight; 0 is off", min=0)
+    repeat: int = knob(0, "this many requests cycling through the cases (run-to-run drift); 0 is off", min=0)
+    repeat_batch: int = knob(8, "requests in flight during `repeat`", min=1)
+    long: bool = knob(False, "the cases tagged `long`, one at a time")
+
+    def check(self) -> list[tuple[str, str]]:
+        if not (self.solo or self.concurrent or self.repeat or self.long):
+            return [("solo", "at least one scenario must be on")]
+        return []
+
+
+@dataclass(frozen=True)
+class Exactness:
+    """The exactness check that must pass before any speed is reported."""
+
+    baseline: str = knob("sim-reference", "baseline file written by `loadgate baseline`, or "
+                         "'sim-reference' (embedded targets: the simulator's own reference output)")
+    corpus: str | None = knob(None, "JSONL corpus of cases; default: workloads/reference.jsonl")
+    contract: Contract = field(default_factory=Contract, metadata={"help": "what must match"})
+    scenarios: Scenarios = field(default_factory=Scenarios, metadata={"help": "how the corpus is replayed"})
+    logprobs: int = knob(2, "top logprobs requested per position (2 gives the near-tie gap)", min=0, max=20)
+    seed: int = knob(0, "sampling seed sent with every request", min=0)
+    speculation: Literal["auto", "on", "off"] = knob(
+        "auto", "whether the check must prove that speculation ran: 'auto' follows the fingerprint")
+    timeout_s: float = knob(600.0, "per-request timeout during the check, seconds", exclusive_min=0.0)
+
+
+@dataclass(frozen=True)
 class Slo:
     """Per-request service levels for goodput; a request counts as good when it succeeded and met
     every level given."""
@@ -209,6 +267,8 @@ class Profile:
     workload: Workload = field(default_factory=Workload, metadata={"help": "what to send"})
     load: Load = field(default_factory=lambda: Load(concurrency=1),
                        metadata={"help": "how to send it"})
+    exactness: Exactness | None = knob(None, "the exactness check (required by `loadgate run`; "
+                                       "without it only `--unverified` measures)")
     slo: Slo = field(default_factory=Slo, metadata={"help": "service levels for goodput"})
     health: HealthBudgets = field(default_factory=HealthBudgets,
                                   metadata={"help": "client health budgets (run validity)"})

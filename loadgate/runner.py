@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from loadgate import __version__
 from loadgate.attack import TargetSpec, make_session
-from loadgate.errors import EngineError, MeasurementInvalid
+from loadgate.errors import EngineError, ExactnessNotEstablished, MeasurementInvalid
 from loadgate.jsonutil import dump_json
 from loadgate.phase import Phase, run_phase_here, run_phase_workers
 from loadgate.plan import Plan, build_plan
@@ -113,53 +113,60 @@ async def _phase(spec: TargetSpec, profile: Profile, plan: Plan, pool: list[int]
 async def _run(profile: Profile, progress: bool) -> Path:
     async with engine_url(profile) as base, make_session(profile.target.headers) as session:
         model = profile.target.model or await discover_model(session, base)
-        need_text = profile.target.api == "openai-chat"
-        tp = (local_pool(profile.workload.tokenizer, need_text) if profile.workload.tokenizer
-              else await server_pool(session, base, model, need_text))
-        pool = list(tp.ids)
-        plan = build_plan(profile, pool)
-        overhead = await chat_overhead(session, base, model, tp) if need_text else 0
-        spec = TargetSpec(base, profile.target.api, model, profile.target.timeout_s, stream=profile.load.stream,
-                          headers=dict(profile.target.headers), pool_text=tp.text if need_text else None,
-                          prompt_overhead=overhead, transport=profile.load.transport)
-        metrics_url = profile.target.metrics_url or base + "/metrics"
         run_dir = new_run_dir(profile)
-        t0 = perf_counter_ns()
-        dump_json(run_dir / "meta.json", {
-            "loadgate": __version__, "run_id": run_dir.name, "profile": dataclasses.asdict(profile),
-            "engine_url": base, "api": profile.target.api, "model": model, "t0_ns": t0,
-            "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
-            "levels": levels(profile), "token_pool": {"size": len(pool), "source": tp.source},
-            "chat_template_tokens": overhead if need_text else None})
-        server: dict[str, Any] = {}
-        health: dict[str, Any] = {}
-        total = len(plan) * len(levels(profile))
-        load = profile.load
-        with RecordWriter(run_dir / "records.jsonl") as writer, \
-                tqdm(total=total, desc=profile.name, unit="req", file=sys.stderr,
-                     disable=None if progress else True, leave=False) as bar:
-            for level in levels(profile):
-                tag = f"{run_dir.name}-L{level}"
-                if plan.n_warmup:
-                    await _phase(spec, profile, plan, pool, Phase(plan.warmup_requests(), level, load.rate is not None,
-                                 tag + "w", t0, load.max_in_flight), run_dir, writer, bar)
-                before = await scrape(session, metrics_url)
-                sampler = GaugeSampler(session, metrics_url)
-                if before is not None:
-                    sampler.start()
-                try:
-                    health[str(level)] = await _phase(
-                        spec, profile, plan, pool, Phase(plan.measured_requests(), level, load.rate is not None, tag,
-                                                         t0, load.max_in_flight, load.duration_s), run_dir, writer, bar)
-                finally:
-                    gauges = await sampler.stop()
-                after = await scrape(session, metrics_url)
-                server[str(level)] = {
-                    "before": None if before is None else snapshot_to_json(before),
-                    "after": None if after is None else snapshot_to_json(after), "gauges": gauges}
-        dump_json(run_dir / "server.json", server)
-        dump_json(run_dir / "health.json", health)
+        await perform(profile, base, session, model, run_dir, progress)
     return run_dir
+
+
+async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, model: str, run_dir: Path,
+                  progress: bool, extra_meta: dict[str, Any] | None = None) -> None:
+    """The performance phase: warmup, then each load level with counters scraped at the measured
+    window's boundaries; writes meta.json, records.jsonl, server.json and health.json."""
+    need_text = profile.target.api == "openai-chat"
+    tp = (local_pool(profile.workload.tokenizer, need_text) if profile.workload.tokenizer
+          else await server_pool(session, base, model, need_text))
+    pool = list(tp.ids)
+    plan = build_plan(profile, pool)
+    overhead = await chat_overhead(session, base, model, tp) if need_text else 0
+    spec = TargetSpec(base, profile.target.api, model, profile.target.timeout_s, stream=profile.load.stream,
+                      headers=dict(profile.target.headers), pool_text=tp.text if need_text else None,
+                      prompt_overhead=overhead, transport=profile.load.transport)
+    metrics_url = profile.target.metrics_url or base + "/metrics"
+    t0 = perf_counter_ns()
+    dump_json(run_dir / "meta.json", {
+        "loadgate": __version__, "run_id": run_dir.name, "profile": dataclasses.asdict(profile),
+        "engine_url": base, "api": profile.target.api, "model": model, "t0_ns": t0,
+        "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
+        "levels": levels(profile), "token_pool": {"size": len(pool), "source": tp.source},
+        "chat_template_tokens": overhead if need_text else None, **(extra_meta or {})})
+    server: dict[str, Any] = {}
+    health: dict[str, Any] = {}
+    total = len(plan) * len(levels(profile))
+    load = profile.load
+    with RecordWriter(run_dir / "records.jsonl") as writer, \
+            tqdm(total=total, desc=profile.name, unit="req", file=sys.stderr,
+                 disable=None if progress else True, leave=False) as bar:
+        for level in levels(profile):
+            tag = f"{run_dir.name}-L{level}"
+            if plan.n_warmup:
+                await _phase(spec, profile, plan, pool, Phase(plan.warmup_requests(), level, load.rate is not None,
+                             tag + "w", t0, load.max_in_flight), run_dir, writer, bar)
+            before = await scrape(session, metrics_url)
+            sampler = GaugeSampler(session, metrics_url)
+            if before is not None:
+                sampler.start()
+            try:
+                health[str(level)] = await _phase(
+                    spec, profile, plan, pool, Phase(plan.measured_requests(), level, load.rate is not None, tag,
+                                                     t0, load.max_in_flight, load.duration_s), run_dir, writer, bar)
+            finally:
+                gauges = await sampler.stop()
+            after = await scrape(session, metrics_url)
+            server[str(level)] = {
+                "before": None if before is None else snapshot_to_json(before),
+                "after": None if after is None else snapshot_to_json(after), "gauges": gauges}
+    dump_json(run_dir / "server.json", server)
+    dump_json(run_dir / "health.json", health)
 
 
 def measure(profile: Profile, *, progress: bool = False) -> Path:
@@ -167,14 +174,46 @@ def measure(profile: Profile, *, progress: bool = False) -> Path:
     return run_async(_run(profile, progress))
 
 
-def run_profile(profile: Profile, *, progress: bool = True) -> int:
-    """Run a profile end to end; print the table; return the exit code."""
-    run_dir = measure(profile, progress=progress)
+def run_profile(profile: Profile, *, progress: bool = True, unverified: bool = False) -> int:
+    """`loadgate run`: fingerprint -> exactness check -> attestation -> performance -> fingerprint
+    again; print the check report and the tables; return the exit code (errors raise)."""
+    run_dir = run_async(_gated(profile, progress, unverified))
     summary = build_summary(run_dir)
     dump_json(run_dir / "summary.json", summary)
+    if unverified:
+        print("\nUNVERIFIED: no exactness check ran for this configuration; these figures are not a result.")
     print(render_summary(summary))
     print(f"\nrecords: {run_dir / 'records.jsonl'}\nsummary: {run_dir / 'summary.json'}")
     if not summary["valid"]:
         problems = [p for s in summary["levels"].values() for p in s["invalid"]]
         raise MeasurementInvalid("measurement invalid: " + "; ".join(problems))
+    if unverified:
+        raise ExactnessNotEstablished("exactness not established: the run was --unverified")
     return 0
+
+
+async def _gated(profile: Profile, progress: bool, unverified: bool) -> Path:
+    from loadgate import gate
+
+    if profile.exactness is None and not unverified:
+        raise ExactnessNotEstablished(
+            f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
+            "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
+    run_dir = new_run_dir(profile)
+    async with gate.open_engine(profile) as e:
+        att = None
+        if not unverified:
+            outcome = await gate.check_engine(e, run_dir)
+            gate.print_check(outcome)
+            gate.raise_if_failed(outcome)
+            att = outcome.attestation
+            assert att is not None
+            await gate.verify_fingerprint(e, att, "between the check and the measurement")
+            print()
+        await perform(profile, e.base, e.session, e.model, run_dir, progress,
+                      extra_meta={"unverified": unverified, "attestation": None if att is None else {
+                          k: att[k] for k in ("fingerprint_hash", "corpus_sha256", "baseline_sha256", "contract",
+                                              "scenarios", "verdicts", "attestation_sha256", "time")}})
+        if att is not None:
+            await gate.verify_fingerprint(e, att, "during the measurement")
+    return run_dir

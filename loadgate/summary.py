@@ -123,4 +123,5 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
               for lv, recs in by_level.items()}
     return {"run_id": meta["run_id"], "loadgate": meta["loadgate"], "model": meta["model"],
             "api": meta["api"], "load": "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency",
-            "levels": levels, "valid": not any(s["invalid"] for s in levels.values())}
+            "levels": levels, "valid": not any(s["invalid"] for s in levels.values()),
+            "attestation": meta.get("attestation"), "unverified": bool(meta.get("unverified"))}

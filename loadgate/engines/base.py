@@ -42,6 +42,7 @@ class GenRequest:
     prompt_ids: tuple[int, ...] | None = None
     prompt_text: str | None = None
     messages: tuple[dict[str, Any], ...] | None = None
+    tools: tuple[dict[str, Any], ...] | None = None  # chat: OpenAI tool schemas
     ignore_eos: bool = True
     stop: tuple[str, ...] = ()
     logprobs: int | None = None  # how many top alternatives; None: no logprobs

@@ -198,6 +198,8 @@ class OpenAIChat(_OpenAIBase):
             body["messages"] = list(req.messages)
         else:
             body["messages"] = [{"role": "user", "content": req.prompt_text or ""}]
+        if req.tools:
+            body["tools"] = list(req.tools)
 
     def _add_logprobs(self, body: dict[str, Any], req: GenRequest) -> None:
         if req.logprobs is not None:

@@ -57,6 +57,12 @@ def _acceptance_lines(a: dict[str, Any]) -> list[str]:
 
 def render_summary(summary: dict[str, Any]) -> str:
     out: list[str] = []
+    att = summary.get("attestation")
+    if att:
+        out.append(f"performance of the attested configuration (fingerprint {att['fingerprint_hash'][:16]}, "
+                   f"{att['contract']['tier']} against baseline {att['baseline_sha256'][:12]})")
+    elif summary.get("unverified"):
+        out.append("UNVERIFIED configuration: no exactness check backs these figures")
     for level, s in summary["levels"].items():
         t = s["throughput"]
         errs = ", ".join(f"{k} {v}" for k, v in sorted(s["errors"].items())) or "none"

@@ -33,9 +33,10 @@ class SimProcess:
     """The simulator served by a child Python process (see the module docstring)."""
 
     def __init__(self, cfg: SimConfig | None = None, host: str = "127.0.0.1",
-                 startup_timeout: float = 30.0) -> None:
+                 startup_timeout: float = 30.0, port: int = 0) -> None:
         self.cfg = cfg or SimConfig()
         self.host = host
+        self.port = port
         self.startup_timeout = startup_timeout
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
@@ -50,7 +51,7 @@ class SimProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgate", "sim", "--host", self.host, "--port", "0",
+            [sys.executable, "-m", "loadgate", "sim", "--host", self.host, "--port", str(self.port),
              "--config", self._cfg_file], stdout=subprocess.PIPE, env=env)
         deadline = time.monotonic() + self.startup_timeout
         try:

@@ -1,0 +1,117 @@
+"""Baseline files: what the reference configuration produced for every corpus case.
+
+`loadgate baseline profile.yaml` replays the corpus solo (one request at a time) against the
+profile's target and writes `<dir>/<name>-<hash12>.json`, where the hash is the sha256 of the
+file's canonical content (everything but the `sha256` field itself), so the name says which
+content it holds and a modified file is detected on load. Per case it keeps the request body as
+sent, the output token ids, the raw logprobs (never rounded: the engines' shortest round-trip
+text, parsed to the same float64), the top alternatives (for near-tie gaps), the placeholder
+positions, the finish reason, the text and the engine's speculation stats; plus the baseline's
+fingerprint and the corpus hash.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadgate import __version__
+from loadgate.errors import UsageError
+from loadgate.exactness.compare import SeqOutput
+from loadgate.exactness.replay import Observed
+
+FORMAT = 1
+
+
+def case_record(o: Observed) -> dict[str, Any]:
+    d = o.decoded
+    return {
+        "request": o.body, "route": o.route,
+        "output_ids": d.output_ids, "logprobs": d.logprobs,
+        "top_logprobs": None if d.top_logprobs is None else [[[i, v] for i, v in pos] for pos in d.top_logprobs],
+        "placeholders": d.placeholder_positions, "finish_reason": d.finish_reason, "text": d.text,
+        "error": None if d.error is None else {"kind": d.error.kind, "detail": d.error.detail},
+        "spec": None if d.spec is None else {"source": d.spec.source, "verify_steps": d.spec.verify_steps,
+                                             "draft_tokens": d.spec.draft_tokens, "accepted": d.spec.accepted},
+    }
+
+
+def seq_output(rec: dict[str, Any]) -> SeqOutput:
+    top = rec.get("top_logprobs")
+    return SeqOutput(
+        ids=tuple(rec.get("output_ids") or ()),
+        logprobs=None if rec.get("logprobs") is None else tuple(rec["logprobs"]),
+        top=None if top is None else tuple(tuple((int(i), v) for i, v in pos) for pos in top),
+        finish_reason=rec.get("finish_reason"), placeholders=frozenset(rec.get("placeholders") or ()))
+
+
+def _content_hash(doc: dict[str, Any]) -> str:
+    body = {k: v for k, v in doc.items() if k != "sha256"}
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+@dataclass(frozen=True)
+class Baseline:
+    path: Path | None
+    doc: dict[str, Any]
+
+    @property
+    def sha256(self) -> str:
+        return str(self.doc["sha256"])
+
+    @property
+    def cases(self) -> dict[str, dict[str, Any]]:
+        return self.doc["cases"]  # type: ignore[no-any-return]
+
+    @property
+    def corpus_sha256(self) -> str:
+        return str(self.doc["corpus_sha256"])
+
+    @property
+    def fingerprint_hash(self) -> str:
+        return str(self.doc["fingerprint_hash"])
+
+
+def build(observed: list[Observed], *, name: str, fingerprint: dict[str, Any], fingerprint_hash: str,
+          corpus_sha256: str, corpus_path: str) -> Baseline:
+    failed = [o.case_id for o in observed if o.decoded.error is not None]
+    if failed:
+        raise UsageError(f"baseline not written: {len(failed)} case(s) failed on the baseline engine "
+                         f"(first: {failed[0]}); a baseline must be complete")
+    doc: dict[str, Any] = {
+        "format": FORMAT, "loadgate": __version__, "name": name,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "fingerprint_hash": fingerprint_hash, "fingerprint": fingerprint,
+        "corpus_sha256": corpus_sha256, "corpus": corpus_path,
+        "cases": {o.case_id: case_record(o) for o in observed},
+    }
+    doc["sha256"] = _content_hash(doc)
+    return Baseline(None, doc)
+
+
+def save(b: Baseline, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{b.doc['name']}-{b.sha256[:12]}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(orjson.dumps(b.doc, option=orjson.OPT_INDENT_2))
+    tmp.replace(path)
+    return path
+
+
+def load(path: Path) -> Baseline:
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: baseline file not found (write one with `loadgate baseline PROFILE`)") from None
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"{path}: not a baseline file ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or "cases" not in doc:
+        raise UsageError(f"{path}: not a loadgate baseline file (format {FORMAT} expected)")
+    if _content_hash(doc) != doc.get("sha256"):
+        raise UsageError(f"{path}: baseline content does not match its sha256: the file was modified")
+    return Baseline(path, doc)

@@ -1,0 +1,102 @@
+"""Reproducer bundles: one self-contained JSON file per non-identical sequence, and `replay`.
+
+`results/<run>/divergences/<scenario>-<case>-<order>.json` holds the exact request body, where
+it was sent, the baseline's and the candidate's outputs (ids, logprobs, top alternatives, text,
+finish reason), the comparison, both fingerprints, the scenario (requests in flight when it was
+sent, its position in the send order) and the engines' speculation stats. `loadgate replay
+BUNDLE` sends that request again, alone, and compares the answer with the bundle's baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from loadgate import __version__
+from loadgate.attack import Target, TargetSpec, decode, fetch
+from loadgate.errors import UsageError
+from loadgate.exactness.baseline import Baseline, case_record, seq_output
+from loadgate.exactness.check import CheckResult
+from loadgate.exactness.compare import compare
+from loadgate.exactness.contract import DEFAULT_NEAR_TIE_NATS, Contract, passes, verdict
+from loadgate.exactness.replay import Observed
+
+ROUTE_API = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions",
+             "/generate": "sglang", "/completion": "llamacpp"}
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def write_bundles(result: CheckResult, baseline: Baseline, out_dir: Path, *, fingerprint: dict[str, Any],
+                  fingerprint_hash: str) -> list[Path]:
+    paths = []
+    for s in result.sequences:
+        if s.verdict == "identical" and s.passed:
+            continue
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"{_safe(s.scenario)}-{_safe(s.case_id)}-{s.order}.json"
+        doc = {
+            "format": 1, "loadgate": __version__, "case": s.case_id,
+            "scenario": {"name": s.scenario, "in_flight_when_sent": s.in_flight, "send_order": s.order},
+            "verdict": s.verdict, "meets_contract": s.passed, "why": s.why,
+            "contract": result.contract.words(),
+            "route": s.observed.route, "request": s.observed.body,
+            "baseline": baseline.cases.get(s.case_id), "candidate": case_record(s.observed),
+            "comparison": None if s.comparison is None else dataclasses.asdict(s.comparison),
+            "fingerprints": {"candidate_hash": fingerprint_hash, "candidate": fingerprint,
+                             "baseline_hash": baseline.fingerprint_hash, "baseline_file": str(baseline.path or "")},
+        }
+        path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        paths.append(path)
+    return paths
+
+
+def load_bundle(path: Path) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise UsageError(f"{path}: cannot read reproducer bundle: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != 1 or "request" not in doc or "baseline" not in doc:
+        raise UsageError(f"{path}: not a loadgate reproducer bundle")
+    return doc
+
+
+async def replay(doc: dict[str, Any], endpoint: str | None, times: int) -> list[dict[str, Any]]:
+    """Send the bundle's request `times` times, alone; compare each answer with its baseline."""
+    u = urlsplit(doc["route"])
+    path = u.path
+    api = ROUTE_API.get(path)
+    if api is None:
+        raise UsageError(f"bundle route {doc['route']!r} is not a generation route loadgate knows")
+    base = (endpoint or f"{u.scheme}://{u.netloc}").rstrip("/")
+    model = str(doc["request"].get("model", ""))
+    base_out = seq_output(doc["baseline"])
+    results = []
+    async with aiohttp.ClientSession() as session:
+        t = Target(TargetSpec(base, api, model, 600.0), session)
+        try:
+            for k in range(times):
+                raw = await fetch(t, orjson.dumps(doc["request"]), f"replay-{doc['case']}-{k}")
+                d = decode(t.adapter, bool(doc["request"].get("stream", True)), raw)
+                if d.error is not None:
+                    results.append({"run": k, "error": f"{d.error.kind}: {d.error.detail}"})
+                    continue
+                o = Observed(doc["case"], doc["request"], t.url, d)
+                c = compare(base_out, o.output())
+                v = verdict(c, DEFAULT_NEAR_TIE_NATS)
+                results.append({"run": k, "verdict": v, "first_divergence": c.first_divergence,
+                                "baseline_token": c.base_token, "candidate_token": c.cand_token,
+                                "baseline_top2_gap": c.base_gap, "max_ulp": c.max_ulp,
+                                "token_exact": passes(c, v, Contract("token-exact"))[0]})
+        finally:
+            if t.pool is not None:
+                t.pool.close()
+    return results

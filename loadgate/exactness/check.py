@@ -1,0 +1,171 @@
+"""The exactness check: replay the corpus in each scenario and judge every sequence.
+
+Scenarios (profile `exactness.scenarios`):
+  solo        each non-long case alone, one request at a time
+  concurrent  every non-long case with N requests in flight
+  repeat      R requests cycling through the non-long cases, `repeat_batch` in flight (drift
+              between runs of the same request)
+  long        the cases tagged `long`, one at a time
+Each sequence is compared with the baseline position by position (`compare`), given a verdict,
+and judged under the contract. The check passes when every sequence passes, no request failed,
+and, when speculation is on, the engine showed that it ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgate.exactness.baseline import Baseline, seq_output
+from loadgate.exactness.compare import Comparison, compare
+from loadgate.exactness.contract import Contract, Verdict, passes, verdict
+from loadgate.exactness.corpus import Case, Corpus
+from loadgate.exactness.replay import CaseSender, Observed
+from loadgate.profile import Scenarios
+from loadgate.servermetrics import Snapshot, delta
+
+
+@dataclass
+class SeqResult:
+    scenario: str
+    case_id: str
+    order: int
+    in_flight: int
+    verdict: Verdict | None  # None: the request failed
+    passed: bool
+    why: str | None
+    comparison: Comparison | None
+    observed: Observed = field(repr=False)
+
+
+@dataclass
+class CheckResult:
+    contract: Contract
+    scenarios: dict[str, Any]
+    sequences: list[SeqResult]
+    speculation: dict[str, Any]
+    skipped: list[str]
+    passed: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.sequences:
+            key = s.verdict or "failed request"
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    def positions(self) -> dict[str, int]:
+        """Positions compared before each first divergence, on logprob values or on ids only."""
+        c = [s.comparison for s in self.sequences if s.comparison is not None]
+        return {"compared": sum(x.positions_compared for x in c), "logprob": sum(x.logprob_positions for x in c),
+                "ids_only": sum(x.ids_only_positions for x in c),
+                "placeholders": sum(len(s.observed.decoded.placeholder_positions) for s in self.sequences)}
+
+
+def plan_scenarios(corpus: Corpus, sc: Scenarios, max_len: int | None,
+                   prompt_tokens: dict[str, int]) -> tuple[list[tuple[str, int, list[Case]]], list[str]]:
+    """(scenario name, requests in flight, cases in send order) for each scenario that is on, and
+    the ids of cases skipped because prompt + max_tokens cannot fit the engine's context."""
+    skipped: list[str] = []
+
+    def fits(cases: tuple[Case, ...]) -> list[Case]:
+        ok = []
+        for c in cases:
+            est = prompt_tokens.get(c.id, 0) + c.max_tokens
+            if max_len is not None and est > max_len:
+                skipped.append(c.id)
+            else:
+                ok.append(c)
+        return ok
+
+    short, long_ = fits(corpus.select(long=False)), fits(corpus.select(long=True))
+    out: list[tuple[str, int, list[Case]]] = []
+    if sc.solo:
+        out.append(("solo", 1, short))
+    if sc.concurrent:
+        out.append((f"concurrent:{sc.concurrent}", sc.concurrent, short))
+    if sc.repeat and short:
+        out.append((f"repeat:{sc.repeat}x{sc.repeat_batch}", sc.repeat_batch,
+                    [short[k % len(short)] for k in range(sc.repeat)]))
+    if sc.long:
+        out.append(("long", 1, long_))
+    return out, sorted(set(skipped))
+
+
+def speculation_declared(fp: dict[str, Any]) -> tuple[bool | None, str]:
+    """Whether the fingerprint says speculative decoding is on, and where it says so."""
+    declared = fp.get("declared") or {}
+    for key in ("speculative", "speculative_method", "speculation"):
+        if key in declared:
+            on = str(declared[key]).strip().lower() not in ("", "none", "off", "false", "no", "0")
+            return on, f"declared.{key} = {declared[key]!r}"
+    info = (fp.get("engine") or {}).get("server_info") or {}
+    sim = info.get("sim") or {}
+    if isinstance(sim.get("speculative"), dict):
+        method = sim["speculative"].get("method")
+        return method not in (None, "none"), f"simulator speculative.method = {method!r}"
+    if "speculative_algorithm" in info:
+        alg = info["speculative_algorithm"]
+        return alg not in (None, "", "none", "NONE"), f"server_info speculative_algorithm = {alg!r}"
+    return None, "the fingerprint does not say (declare `speculative` under target.declared)"
+
+
+def speculation_evidence(observed: list[Observed], before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
+    with_steps = sum(1 for o in observed if o.decoded.spec is not None and any(
+        (v or 0) > 0 for v in (o.decoded.spec.verify_steps, o.decoded.spec.draft_tokens, o.decoded.spec.accepted)))
+    drafts = None
+    if before is not None and after is not None:
+        drafts = delta(before, after, "vllm:spec_decode_num_drafts_total")
+        if drafts is None:
+            drafts = delta(before, after, "llamacpp:spec_decode_num_drafts_total")
+    return {"requests_with_draft_activity": with_steps, "requests": len(observed), "counter_drafts_delta": drafts,
+            "ran": with_steps > 0 or bool(drafts and drafts > 0)}
+
+
+def judge(scenario: str, observed: list[Observed], baseline: Baseline, contract: Contract) -> list[SeqResult]:
+    out = []
+    for o in observed:
+        rec = baseline.cases.get(o.case_id)
+        if o.decoded.error is not None or rec is None:
+            why = (f"request failed: {o.decoded.error.kind}: {o.decoded.error.detail}" if o.decoded.error
+                   else "case missing from the baseline")
+            out.append(SeqResult(scenario, o.case_id, o.order, o.in_flight, None, False, why, None, o))
+            continue
+        c = compare(seq_output(rec), o.output())
+        v = verdict(c, contract.near_tie_threshold)
+        ok, why = passes(c, v, contract)
+        out.append(SeqResult(scenario, o.case_id, o.order, o.in_flight, v, ok, why, c, o))
+    return out
+
+
+async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, contract: Contract, sc: Scenarios, *,
+                    tag: str, max_len: int | None, speculation_required: bool | None, speculation_source: str,
+                    scrape: Any = None) -> CheckResult:
+    """Run every scenario against the candidate and judge it. `scrape` is an async callable giving a
+    /metrics Snapshot (or None), used to prove speculation from counter deltas."""
+    counts = {c.id: await sender.count_tokens(c) for c in corpus.cases} if max_len is not None else {}
+    plans, skipped = plan_scenarios(corpus, sc, max_len, counts)
+    scrape_before = await scrape() if scrape is not None else None
+    sequences: list[SeqResult] = []
+    everything: list[Observed] = []
+    for name, in_flight, cases in plans:
+        observed = await sender.send_all(cases, in_flight, f"{tag}-{name}")
+        everything += observed
+        sequences += judge(name, observed, baseline, contract)
+    after = await scrape() if scrape is not None else None
+    spec = speculation_evidence(everything, scrape_before, after)
+    spec.update({"required": bool(speculation_required), "source": speculation_source})
+    result = CheckResult(contract, {name: {"in_flight": n, "requests": len(c)} for name, n, c in plans},
+                         sequences, spec, skipped)
+    failed = [s for s in sequences if not s.passed]
+    if failed:
+        result.reasons.append(f"{len(failed)} of {len(sequences)} sequences do not meet the contract")
+    if speculation_required and not spec["ran"]:
+        result.reasons.append(
+            f"speculation is on ({speculation_source}) but no request showed draft activity and the server's "
+            "draft counters did not move: the check would prove nothing about speculative decoding")
+    if not sequences:
+        result.reasons.append("no sequence was checked")
+    result.passed = not result.reasons
+    return result

@@ -1,0 +1,111 @@
+"""Sending corpus cases: one case -> one request body -> one `Observed` output.
+
+Every case is sent with every sampling parameter explicit (temperature 0, neutral penalties, the
+profile's seed), `ignore_eos` off (stopping is part of the behaviour compared), streaming on (the
+path production traffic takes) and `logprobs` top alternatives requested. Completion cases go to
+the target's own API; chat cases to `/v1/chat/completions` on the same server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from loadgate.attack import Target, TargetSpec, decode, fetch
+from loadgate.engines.base import Decoded, GenRequest, Sampling
+from loadgate.exactness.compare import SeqOutput
+from loadgate.exactness.corpus import Case
+
+
+@dataclass
+class Observed:
+    """One sequence as an engine produced it, and how it was asked for."""
+
+    case_id: str
+    body: dict[str, Any]
+    route: str
+    decoded: Decoded
+    order: int = 0  # position in the scenario's send order
+    in_flight: int = 1  # requests in flight when this one was sent (itself included)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def output(self) -> SeqOutput:
+        d = self.decoded
+        return SeqOutput(
+            ids=tuple(d.output_ids or ()),
+            logprobs=None if d.logprobs is None else tuple(d.logprobs),
+            top=None if d.top_logprobs is None else tuple(tuple((int(i), v) for i, v in pos) for pos in d.top_logprobs),
+            finish_reason=d.finish_reason, placeholders=frozenset(d.placeholder_positions))
+
+
+class CaseSender:
+    """Builds and sends case requests to one engine (its API for completions, chat for chat)."""
+
+    def __init__(self, spec: TargetSpec, session: aiohttp.ClientSession, *, logprobs: int, seed: int) -> None:
+        self.spec = spec
+        self.targets = {"completion": Target(spec, session),
+                        "chat": Target(TargetSpec(**{**spec.__dict__, "api": "openai-chat"}), session)}
+        self.logprobs, self.sampling = logprobs, Sampling(seed=seed)
+        self.in_flight = 0
+
+    def body(self, case: Case) -> dict[str, Any]:
+        t = self.targets[case.kind]
+        g = GenRequest(max_tokens=case.max_tokens, prompt_text=case.prompt, messages=case.messages, tools=case.tools,
+                       ignore_eos=False, stop=case.stop, logprobs=self.logprobs or None, sampling=self.sampling,
+                       stream=True)
+        return t.adapter.build_body(g, self.spec.model)
+
+    async def count_tokens(self, case: Case) -> int:
+        """The prompt's token count from the engine's /tokenize (chat cases with their template);
+        without that route, a conservative estimate of one token per 3 characters."""
+        t = self.targets[case.kind]
+        body: dict[str, Any] = {"model": self.spec.model}
+        if case.kind == "chat":
+            body.update(messages=list(case.messages or ()), add_generation_prompt=True)
+        else:
+            body["prompt"] = case.prompt or ""
+        try:
+            async with t.session.post(self.spec.base_url + "/tokenize", json=body,
+                                      timeout=aiohttp.ClientTimeout(total=30)) as r:
+                if r.status == 200:
+                    data = await r.json(content_type=None)
+                    if isinstance(data, dict) and isinstance(data.get("count"), int):
+                        return int(data["count"])
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            pass
+        text = case.prompt or "".join(str(m.get("content", "")) for m in case.messages or ())
+        return len(text) // 3 + 16
+
+    async def send(self, case: Case, request_id: str, order: int = 0) -> Observed:
+        t = self.targets[case.kind]
+        body = self.body(case)
+        self.in_flight += 1
+        in_flight = self.in_flight
+        try:
+            raw = await fetch(t, orjson.dumps(body), request_id)
+        finally:
+            self.in_flight -= 1
+        d = decode(t.adapter, True, raw)
+        return Observed(case.id, body, t.url, d, order, in_flight, {"sent_ns": raw.start_ns})
+
+    async def send_all(self, cases: Sequence[Case], concurrency: int, tag: str) -> list[Observed]:
+        """Send `cases` in order with `concurrency` requests in flight (closed loop)."""
+        out: list[Observed | None] = [None] * len(cases)
+        it = iter(enumerate(cases))
+
+        async def worker() -> None:
+            for k, case in it:
+                out[k] = await self.send(case, f"{tag}-{k}", order=k)
+
+        await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(cases))))))
+        return [o for o in out if o is not None]
+
+    def close(self) -> None:
+        for t in self.targets.values():
+            if t.pool is not None:
+                t.pool.close()

@@ -1,0 +1,79 @@
+"""The exactness report: the contract verbatim, every non-identical sequence, and what was proven.
+
+A summary never hides outliers: every sequence whose verdict is not `identical` is listed with
+its scenario and first divergence, however good the pass rate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+from loadgate.exactness.check import CheckResult
+
+
+def result_json(r: CheckResult) -> dict[str, Any]:
+    """The check's result as JSON (for summaries, attestations and `loadgate report`)."""
+    return {
+        "passed": r.passed, "reasons": r.reasons, "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance,
+                                                                "gap": r.contract.gap, "words": r.contract.words()},
+        "scenarios": r.scenarios, "verdicts": r.counts(), "positions": r.positions(), "speculation": r.speculation,
+        "skipped_cases": r.skipped,
+        "non_identical": [{
+            "scenario": s.scenario, "case": s.case_id, "order": s.order, "in_flight": s.in_flight,
+            "verdict": s.verdict, "passed": s.passed, "why": s.why,
+            "first_divergence": None if s.comparison is None else s.comparison.first_divergence,
+            "baseline_token": None if s.comparison is None else s.comparison.base_token,
+            "candidate_token": None if s.comparison is None else s.comparison.cand_token,
+            "baseline_top2_gap": None if s.comparison is None else s.comparison.base_gap,
+            "max_ulp": None if s.comparison is None else s.comparison.max_ulp,
+            "ids_only_positions": None if s.comparison is None else s.comparison.ids_only_positions,
+        } for s in r.sequences if s.verdict != "identical" or not s.passed],
+    }
+
+
+def _tok(v: Any) -> str:
+    return "end" if v is None else str(v)
+
+
+def render(j: dict[str, Any], *, header: str = "") -> str:
+    """Human-readable report from `result_json` output (so old runs render the same)."""
+    lines = [header] if header else []
+    lines.append(f"exactness check: {'PASSED' if j['passed'] else 'FAILED'}")
+    lines.append(f"contract: {j['contract']['words']}")
+    sc = " · ".join(f"{k} ({v['requests']} requests, {v['in_flight']} in flight)" for k, v in j["scenarios"].items())
+    lines.append(f"scenarios: {sc}")
+    if j["skipped_cases"]:
+        lines.append(f"skipped (prompt + max_tokens exceed the engine's context): {', '.join(j['skipped_cases'])}")
+    lines.append("verdicts: " + " · ".join(f"{k} {v}" for k, v in sorted(j["verdicts"].items())))
+    p = j["positions"]
+    note = ""
+    if p["ids_only"]:
+        note = (f"; {p['ids_only']:,} on ids only ({p['placeholders']:,} positions where the engine returned "
+                "placeholder or no logprobs, e.g. llama-server's 0.0 with an empty top list for draft-accepted "
+                "tokens): those positions support no bit-exact claim")
+    lines.append(f"positions compared before each first divergence: {p['compared']:,} "
+                 f"({p['logprob']:,} on logprob values{note})")
+    s = j["speculation"]
+    if s["required"]:
+        proof = (f"{s['requests_with_draft_activity']} of {s['requests']} requests showed draft activity"
+                 + (f", server draft counters +{s['counter_drafts_delta']:,.0f}" if s["counter_drafts_delta"] else ""))
+        lines.append(f"speculation: on ({s['source']}); {'proven: ' + proof if s['ran'] else 'NOT PROVEN: ' + proof}")
+    rows = [[n["scenario"], n["case"], n["in_flight"], n["verdict"] or "request failed", _tok(n["first_divergence"]),
+             f"{_tok(n['baseline_token'])} → {_tok(n['candidate_token'])}" if n["first_divergence"] is not None else "",
+             "n/a" if n["baseline_top2_gap"] is None else f"{n['baseline_top2_gap']:.4f}",
+             "n/a" if n["max_ulp"] is None else n["max_ulp"], "yes" if n["passed"] else "NO"]
+            for n in j["non_identical"]]
+    if rows:
+        lines.append(f"\nevery non-identical sequence ({len(rows)}):")
+        lines.append(tabulate(rows, headers=["scenario", "case", "in flight", "verdict", "first divergence",
+                                             "baseline → candidate", "baseline top-2 gap", "max ULP", "meets contract"],
+                              tablefmt="simple", disable_numparse=True))
+        why = [f"  {n['scenario']} {n['case']}: {n['why']}" for n in j["non_identical"] if not n["passed"] and n["why"]]
+        if why:
+            lines.append("why the failing ones fail:\n" + "\n".join(why[:20])
+                         + (f"\n  … and {len(why) - 20} more" if len(why) > 20 else ""))
+    for reason in j["reasons"]:
+        lines.append(f"FAILED: {reason}")
+    return "\n".join(lines)
