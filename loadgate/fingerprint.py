@@ -26,10 +26,17 @@ import orjson
 from loadgate.servermetrics import scrape
 
 VOLATILE_KEYS = frozenset({
+    # counters, state and clocks
     "internal_states", "uptime", "created", "last_gen_throughput", "memory_usage", "load", "num_running_reqs",
     "avg_spec_accept_length", "slots", "is_processing", "id_task", "n_busy_slots_per_decode", "time",
-    "timestamp", "start_time", "permission",
+    "timestamp", "start_time", "permission", "is_sleeping",
+    # drawn anew at every start, or where the server listens: no effect on arithmetic
+    "media_marker", "host", "port",
 })
+# vLLM `cache_config_info` labels that come out of memory profiling and may move between restarts
+VOLATILE_LABELS = frozenset({"num_gpu_blocks", "num_cpu_blocks", "kv_cache_memory_bytes", "kv_cache_size_tokens",
+                             "kv_cache_max_concurrency", "num_gpu_blocks_override"})
+ABSENT = "(absent)"
 
 
 def _strip(x: Any) -> Any:
@@ -79,7 +86,7 @@ async def introspect(session: aiohttp.ClientSession, base: str, metrics_url: str
         labels: dict[str, list[str]] = {}
         for (name, lab), _ in snap.values.items():
             if name.startswith(("vllm:cache_config_info", "vllm:model_config_info")) or name.endswith("_info"):
-                labels[name] = sorted(f"{k}={v}" for k, v in lab)
+                labels[name] = sorted(f"{k}={v}" for k, v in lab if k not in VOLATILE_LABELS)
         engines = sorted({dict(lab).get("model_name", "") for (n, lab), _ in snap.values.items()
                           if n.startswith(("vllm:", "sglang:", "llamacpp:"))} - {""})
         out["metrics_labels"] = {"model_name": engines, **labels}
@@ -103,11 +110,19 @@ def fingerprint_hash(doc: dict[str, Any]) -> str:
     return hashlib.sha256(canonical(doc)).hexdigest()
 
 
+def _key(prefix: str, k: Any) -> str:
+    k = str(k)
+    if any(c in k for c in ".[]\"") or not k:
+        return f"{prefix}[{orjson.dumps(k).decode()}]"  # a key with a dot never reads as nesting
+    return f"{prefix}.{k}" if prefix else k
+
+
 def flatten(x: Any, prefix: str = "") -> dict[str, Any]:
+    """Leaf values by path (`a.b[0].c`, keys holding dots or brackets quoted: `p["speculative.types"]`)."""
     if isinstance(x, dict):
         out: dict[str, Any] = {}
         for k, v in x.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+            out.update(flatten(v, _key(prefix, k)))
         return out or {prefix: {}}
     if isinstance(x, list) and any(isinstance(v, (dict, list)) for v in x):
         out = {}
@@ -117,13 +132,26 @@ def flatten(x: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: x}
 
 
+_MISSING = object()
+
+
 def diff(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(field path, value in a, value in b) for every field that differs; missing reads None."""
+    """(field path, value in a, value in b) for every field that differs, sorted by path; a field
+    present on one side only reads ABSENT on the other (distinct from null)."""
     fa, fb = flatten(a), flatten(b)
-    return [(k, fa.get(k), fb.get(k)) for k in sorted(fa.keys() | fb.keys()) if fa.get(k) != fb.get(k)]
+    keys = sorted(fa.keys() | fb.keys())
+    out = []
+    for k in keys:
+        va, vb = fa.get(k, _MISSING), fb.get(k, _MISSING)
+        if va is _MISSING or vb is _MISSING or va != vb:
+            out.append((k, ABSENT if va is _MISSING else va, ABSENT if vb is _MISSING else vb))
+    return out
 
 
 def describe_diff(changes: list[tuple[str, Any, Any]], limit: int = 8) -> str:
-    parts = [f"{k}: {va!r} -> {vb!r}" for k, va, vb in changes[:limit]]
-    more = f" (and {len(changes) - limit} more)" if len(changes) > limit else ""
-    return "; ".join(parts) + more
+    def show(v: Any) -> str:
+        return v if v is ABSENT else repr(v)
+
+    parts = [f"{k}: {show(va)} -> {show(vb)}" for k, va, vb in changes[:limit]]
+    more = f"(and {len(changes) - limit} more)" if len(changes) > limit else ""
+    return "; ".join(parts) + (" " if parts and more else "") + more

@@ -2,8 +2,8 @@
 simulator (same config, one knob changed, counters moving), and diff/describe_diff.
 
 The recorded responses are replayed by small aiohttp apps on 127.0.0.1 (any other route: 404).
-Tests marked xfail(strict=True) pin bugs of `loadgate.fingerprint` found while writing these:
-they fail loudly once the bug is fixed, so the marker can be removed.
+Four tests here first pinned bugs found while writing them (volatile llama-server fields hashed,
+null read as absent, dotted keys read as nesting); they now guard the fixes.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 from aiohttp import web
 
 from loadgate.fingerprint import (
+    ABSENT,
     VOLATILE_KEYS,
     build,
     canonical,
@@ -143,7 +144,6 @@ def test_llama_server_template_change_changes_the_hash() -> None:
     assert [path for path, _, _ in changes] == ["engine.props.chat_template_sha256"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: volatile llama-server /props fields are hashed")
 @pytest.mark.parametrize(("key", "value"), [
     ("media_marker", "<__media_0123456789abcdefABCDEF0123456789__>"),  # random per start: get_media_marker()
     ("is_sleeping", True),  # flips while the server sleeps when idle
@@ -218,9 +218,9 @@ def test_serving_requests_between_two_introspections_keeps_the_hash() -> None:
 def test_diff_names_added_removed_and_changed_fields_sorted_by_path() -> None:
     a = {"engine": {"version": "1.0", "dtype": "bf16"}, "declared": {"gpu": "H200"}}
     b = {"engine": {"version": "1.1", "kv_dtype": "fp8"}, "declared": {"gpu": "H200"}}
-    assert diff(a, b) == [("engine.dtype", "bf16", None), ("engine.kv_dtype", None, "fp8"),
+    assert diff(a, b) == [("engine.dtype", "bf16", ABSENT), ("engine.kv_dtype", ABSENT, "fp8"),
                           ("engine.version", "1.0", "1.1")]
-    assert diff(b, a) == [("engine.dtype", None, "bf16"), ("engine.kv_dtype", "fp8", None),
+    assert diff(b, a) == [("engine.dtype", ABSENT, "bf16"), ("engine.kv_dtype", "fp8", ABSENT),
                           ("engine.version", "1.1", "1.0")]
     assert diff(a, a) == [] and diff({}, {}) == []
 
@@ -228,26 +228,22 @@ def test_diff_names_added_removed_and_changed_fields_sorted_by_path() -> None:
 def test_diff_walks_lists_of_dicts_by_index_and_compares_scalar_lists_whole() -> None:
     a = {"models": [{"id": "a", "len": 1}, {"id": "b", "len": 2}], "tags": [1, 2]}
     b = {"models": [{"id": "a", "len": 1}, {"id": "b", "len": 3}, {"id": "c", "len": 5}], "tags": [1, 3]}
-    assert diff(a, b) == [("models[1].len", 2, 3), ("models[2].id", None, "c"), ("models[2].len", None, 5),
+    assert diff(a, b) == [("models[1].len", 2, 3), ("models[2].id", ABSENT, "c"), ("models[2].len", ABSENT, 5),
                           ("tags", [1, 2], [1, 3])]
     assert diff({"x": [[{"k": 1}]]}, {"x": [[{"k": 2}]]}) == [("x[0][0].k", 1, 2)]
 
 
 def test_diff_reports_an_empty_mapping_turning_into_fields() -> None:
-    assert diff({"a": {}}, {"a": {"b": 1}}) == [("a", {}, None), ("a.b", None, 1)]
-    assert diff({"a": []}, {"a": [{"b": 1}]}) == [("a", [], None), ("a[0].b", None, 1)]
+    assert diff({"a": {}}, {"a": {"b": 1}}) == [("a", {}, ABSENT), ("a.b", ABSENT, 1)]
+    assert diff({"a": []}, {"a": [{"b": 1}]}) == [("a", [], ABSENT), ("a[0].b", ABSENT, 1)]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: diff reads a missing field as None, so null vs absent differs "
-                   "in the hash but diff() reports nothing")
 def test_diff_names_a_field_that_is_null_on_one_side_and_absent_on_the_other() -> None:
     a, b = {"declared": {"gpu": "H200", "draft_model": None}}, {"declared": {"gpu": "H200"}}
     assert fingerprint_hash(a) != fingerprint_hash(b)
     assert diff(a, b) != []
 
 
-@pytest.mark.xfail(strict=True, reason="bug: flatten joins keys with '.', so a key containing a dot "
-                   "(llama-server's 'speculative.types') collides with a nested key")
 def test_diff_tells_a_dotted_key_from_a_nested_one() -> None:
     a, b = {"p": {"speculative.types": "none"}}, {"p": {"speculative": {"types": "none"}}}
     assert fingerprint_hash(a) != fingerprint_hash(b)
@@ -256,7 +252,7 @@ def test_diff_tells_a_dotted_key_from_a_nested_one() -> None:
 
 def test_describe_diff_formats_changes_and_counts_the_rest() -> None:
     changes = diff({"a": 1, "b": "x"}, {"a": 2, "c": [1]})
-    assert describe_diff(changes) == "a: 1 -> 2; b: 'x' -> None; c: None -> [1]"
+    assert describe_diff(changes) == "a: 1 -> 2; b: 'x' -> (absent); c: (absent) -> [1]"
     many = diff({f"k{i:02d}": i for i in range(11)}, {f"k{i:02d}": -i for i in range(11)})
     assert len(many) == 10  # k00 is 0 on both sides
     text = describe_diff(many)
@@ -274,5 +270,5 @@ def test_canonical_form_ignores_key_order_and_build_adds_system_fingerprint() ->
     introspected: dict[str, Any] = {"v": 1}
     c = build(introspected, {}, REQUEST, system_fingerprint="fp_abc")
     assert c["engine"] == {"v": 1, "system_fingerprint": "fp_abc"} and introspected == {"v": 1}
-    assert diff(build(introspected, {}, REQUEST), c) == [("engine.system_fingerprint", None, "fp_abc")]
+    assert diff(build(introspected, {}, REQUEST), c) == [("engine.system_fingerprint", ABSENT, "fp_abc")]
 

@@ -49,7 +49,7 @@ def test_foreign_traffic_during_the_window_trips_the_contamination_check(tmp_pat
         th.start()
         prof = profile_for(sim.url, tmp_path, requests=60, concurrency=2, osl=24)
         with pytest.raises(MeasurementInvalid) as err:
-            run_profile(prof, progress=False)
+            run_profile(prof, progress=False, unverified=True)
         th.join()
     assert err.value.exit_code == 30
     assert "contamination" in err.value.message and "finished 63 requests" in err.value.message
@@ -61,7 +61,7 @@ def test_a_client_over_its_health_budget_makes_the_run_invalid_with_advice(tmp_p
         prof = profile_for(sim.url, tmp_path, requests=8, concurrency=2, osl=8)
         prof = dataclasses.replace(prof, health=HealthBudgets(loop_lag_p99_ms=1e-6))
         with pytest.raises(MeasurementInvalid) as err:
-            run_profile(prof, progress=False)
+            run_profile(prof, progress=False, unverified=True)
     assert "loop lag" in err.value.message and "workers" in err.value.message
 
 
@@ -83,14 +83,17 @@ name: tiny
 target: {{endpoint: embedded, sim: {{decode_step_us: 1000, speculative: {{method: ngram, k: 2}}}}}}
 workload: {{requests: 10, input_len: {{dist: fixed, value: 16}}, output_len: {{dist: fixed, value: 8}}}}
 load: {{concurrency: 2}}
+exactness: {{baseline: sim-reference, scenarios: {{solo: true, concurrent: 4}}}}
 output: {{dir: {tmp_path / 'out'}, run_id: r1}}
 """)
     assert main(["run", "-q", str(prof)]) == 0
     out = capsys.readouterr().out
+    assert "exactness check: PASSED" in out and out.index("exactness check") < out.index("ttft")
     assert "ttft" in out and "acceptance length" in out and "contamination check passed" in out
     assert main(["report", str(tmp_path / "out" / "r1")]) == 0
     again = capsys.readouterr().out
-    assert again.split("\n")[1:6] == out.split("\n")[1:6]  # the same table from the records alone
+    table = out[out.index("performance of the attested"):out.index("records:")].strip()
+    assert again.strip() == table  # the same tables from the run's files alone
     assert main(["report", str(tmp_path)]) == 2
 
 
@@ -104,3 +107,19 @@ def test_two_worker_processes_share_one_closed_loop_and_one_schedule(tmp_path):
     assert s["contamination"]["clean"] and s["client_health"]["workers"] == 2
     assert sorted(r["i"] for r in recs2) == list(range(30))
     assert all(r["start_ns"] >= r["intended_ns"] for r in recs2)
+
+
+def test_run_without_an_exactness_section_refuses_to_report_speed(tmp_path, capsys):
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"""
+name: bare
+target: {{endpoint: embedded, sim: {{decode_step_us: 500}}}}
+workload: {{requests: 4, input_len: {{dist: fixed, value: 8}}, output_len: {{dist: fixed, value: 4}}}}
+output: {{dir: {tmp_path / 'out'}}}
+""")
+    assert main(["run", "-q", str(prof)]) == 11
+    captured = capsys.readouterr()
+    assert "ttft" not in captured.out and "--unverified" in captured.err
+    assert main(["run", "-q", "--unverified", str(prof)]) == 11
+    out = capsys.readouterr().out
+    assert "UNVERIFIED" in out and "ttft" in out

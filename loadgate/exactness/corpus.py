@@ -299,7 +299,10 @@ _PREFIX_SUFFIXES = (
 )
 _THRESHOLD_TOKENS = (250, 260, 500, 520, 1010, 1040, 2040, 2060, 4080, 4110)
 _LONG_TOKENS = (8200, 8600, 9000)
-_SUMMARY = "\n\nIn one sentence, the passage above is about"
+def _summary(tokens: int) -> str:
+    """A closing question that differs per case: engines (and the simulator, whose next token
+    depends on the last few tokens) must not see every long prompt end the same way."""
+    return f"\n\nPassage {tokens} in one sentence: it is about"
 
 
 def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -373,7 +376,7 @@ def build_reference_cases() -> list[dict[str, Any]]:
                       "prompt": "Describe the smell of rain on a summer evening."})
     for suffix in ("a", "b"):
         cases.append({"id": f"repeat-medium-{suffix}", "kind": "completion", "tags": ["repeat"],
-                      "max_tokens": 64, "prompt_words": 300, "prompt_seed": 777, "prompt": _SUMMARY})
+                      "max_tokens": 64, "prompt_words": 300, "prompt_seed": 777, "prompt": _summary(300)})
     for i, text in enumerate(_PREFIX_SUFFIXES):
         cases.append({"id": f"prefix-{i + 1}", "kind": "completion", "tags": ["shared-prefix"], "max_tokens": 48,
                       "prefix_words": 400, "prefix_seed": 4242, "prompt": text})
@@ -389,11 +392,11 @@ def build_reference_cases() -> list[dict[str, Any]]:
     for i, tokens in enumerate(_THRESHOLD_TOKENS):
         cases.append({"id": f"threshold-{tokens:04d}", "kind": "completion", "tags": ["threshold"],
                       "max_tokens": 48, "prompt_words": round(tokens / TOKENS_PER_WORD),
-                      "prompt_seed": 5000 + i, "prompt": _SUMMARY})
+                      "prompt_seed": 5000 + i, "prompt": _summary(tokens)})
     for i, tokens in enumerate(_LONG_TOKENS):
         cases.append({"id": f"long-{tokens:04d}", "kind": "completion", "tags": ["long"], "max_tokens": 64,
                       "prompt_words": round(tokens / TOKENS_PER_WORD), "prompt_seed": 9000 + i,
-                      "prompt": _SUMMARY})
+                      "prompt": _summary(tokens)})
     return cases
 
 
