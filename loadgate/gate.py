@@ -185,10 +185,18 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
     return CheckOutcome(result, report, fp, fp_hash, att)
 
 
+def _show_path(p: str) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return p
+
+
 def header(o: CheckOutcome) -> str:
     r = o.report
-    return (f"candidate fingerprint {o.fingerprint_hash[:16]} · baseline {r['baseline']['file'] or 'sim-reference'} "
-            f"(fingerprint {r['baseline']['fingerprint_hash'][:16]}) · corpus {r['corpus']['path']} "
+    return (f"candidate fingerprint {o.fingerprint_hash[:16]} · baseline "
+            f"{_show_path(r['baseline']['file']) if r['baseline']['file'] else 'sim-reference'} "
+            f"(fingerprint {r['baseline']['fingerprint_hash'][:16]}) · corpus {_show_path(r['corpus']['path'])} "
             f"({r['corpus']['cases']} cases, sha256 {r['corpus']['sha256'][:12]})")
 
 

@@ -70,7 +70,8 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
         lines.append(tabulate(rows, headers=["scenario", "case", "in flight", "verdict", "first divergence",
                                              "baseline → candidate", "baseline top-2 gap", "max ULP", "meets contract"],
                               tablefmt="simple", disable_numparse=True))
-        why = [f"  {n['scenario']} {n['case']}: {n['why']}" for n in j["non_identical"] if not n["passed"] and n["why"]]
+        why = [f"  {n['scenario']} {n['case']}: {n['why']}" for n in j["non_identical"]
+               if not n["passed"] and n["why"] and n["why"] != n["verdict"]]
         if why:
             lines.append("why the failing ones fail:\n" + "\n".join(why[:20])
                          + (f"\n  … and {len(why) - 20} more" if len(why) > 20 else ""))

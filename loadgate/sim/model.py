@@ -45,7 +45,10 @@ from loadgate.sim.hashing import MASK64, hash_ints, mix64, mix64_np, unit, unit_
 from loadgate.sim.tokenizer import Tokenizer
 from loadgate.sim.vocab import word_like
 
-WINDOW = 8
+# Tokens of context the next-token function sees. 24 reaches past a chat template's closing tokens
+# into the user's words, so different prompts continue differently; the hash rolls, so a wider
+# window costs nothing per step.
+WINDOW = 24
 _P = 0x100000001B3
 _P_TOP = pow(_P, WINDOW - 1, 1 << 64)
 _GAP_LEVELS = 2048
