@@ -59,10 +59,10 @@ def test_foreign_traffic_during_the_window_trips_the_contamination_check(tmp_pat
 def test_a_client_over_its_health_budget_makes_the_run_invalid_with_advice(tmp_path):
     with SimProcess(FAST) as sim:
         prof = profile_for(sim.url, tmp_path, requests=8, concurrency=2, osl=8)
-        prof = dataclasses.replace(prof, health=HealthBudgets(loop_lag_p99_ms=1e-6))
+        prof = dataclasses.replace(prof, health=HealthBudgets(cpu_max=1e-6))
         with pytest.raises(MeasurementInvalid) as err:
             run_profile(prof, progress=False, unverified=True)
-    assert "loop lag" in err.value.message and "workers" in err.value.message
+    assert "of a core" in err.value.message and "use more workers" in err.value.message
 
 
 def test_concurrency_sweep_and_open_loop_run_end_to_end(tmp_path):

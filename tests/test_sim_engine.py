@@ -94,7 +94,7 @@ def _prompt_hitting_eos(model: SimModel, within: int) -> tuple[list[int], int]:
     for _ in range(3000):
         prompt = [rng.randrange(256, 4000) for _ in range(4)]
         out = greedy(model, prompt, within)
-        if model.eos_id in out:
+        if model.eos_id in out and out.index(model.eos_id) >= 8:  # after the stop string and stop id
             return prompt, out.index(model.eos_id)
     raise AssertionError("no prompt reaches EOS")
 
