@@ -201,3 +201,20 @@ def test_a_fingerprint_change_around_the_measurement_stops_with_exit_11(tmp_path
     err = capsys.readouterr().err
     assert code == 11
     assert "max_num_seqs" in err and ("between the check" in err if when == "before" else "during" in err)
+
+
+def test_fingerprint_command_prints_the_hash_and_diffs_a_saved_one(tmp_path, capsys):
+    code, r = check(tmp_path, run_id="saved")
+    assert code == 0
+    capsys.readouterr()
+    same = profile(tmp_path, run_id="same")
+    assert main(["fingerprint", str(same)]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["fingerprint_hash"] == r["fingerprint_hash"] and "sim" in doc["fingerprint"]["engine"]["server_info"]
+    saved = tmp_path / "out" / "saved" / "attestation.json"
+    assert main(["fingerprint", str(same), "--against", str(saved)]) == 0
+    assert "identical fingerprints" in capsys.readouterr().out
+    other = profile(tmp_path, run_id="other", sim={"max_num_seqs": 3})
+    assert main(["fingerprint", str(other), "--against", str(saved)]) == 0
+    out = capsys.readouterr().out
+    assert "max_num_seqs: 64 -> 3" in out
