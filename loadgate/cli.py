@@ -107,24 +107,32 @@ def replay(bundle: str, endpoint: str | None, times: int) -> None:
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON instead of tables")
-def report(run_dir: str, as_json: bool) -> None:
-    """Re-render a finished run from its files alone (records.jsonl, meta.json, …)."""
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]), default="table",
+              show_default=True, help="markdown fits a CI step summary")
+@click.option("--json", "as_json", is_flag=True, help="same as --format json")
+@click.option("--html", "html", is_flag=True, help="also write report.html with plots (needs the plot extra)")
+def report(run_dir: str, fmt: str, as_json: bool, html: bool) -> None:
+    """Re-render a finished run from its files alone (records.jsonl, meta.json, …); an A/B run folder
+    prints its comparison."""
     from pathlib import Path
 
-    from loadgate.errors import UsageError
-    from loadgate.jsonutil import clean
-    from loadgate.report.table import render_summary
-    from loadgate.summary import build_summary
+    from loadgate.report.views import render_run
 
-    path = Path(run_dir)
-    if not (path / "records.jsonl").exists() or not (path / "meta.json").exists():
-        raise UsageError(f"{run_dir}: not a loadgate run folder (records.jsonl and meta.json expected)")
-    summary = build_summary(path)
-    if as_json:
-        click.echo(orjson.dumps(clean(summary), option=orjson.OPT_INDENT_2).decode())
-    else:
-        click.echo(render_summary(summary))
+    click.echo(render_run(Path(run_dir), "json" if as_json else fmt, html=html))
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]), default="table",
+              show_default=True, help="markdown fits a CI step summary")
+def compare(runs: tuple[str, ...], fmt: str) -> None:
+    """Compare saved runs: RUN_A is the baseline, each further RUN is compared with it (p50/p99 side by
+    side, ratios and intervals); a single A/B run folder compares its own baseline and candidate runs."""
+    from pathlib import Path
+
+    from loadgate.report.views import render_compare
+
+    click.echo(render_compare([Path(r) for r in runs], fmt))
 
 
 def _add_optional_commands() -> None:

@@ -221,6 +221,31 @@ class Exactness:
 
 
 @dataclass(frozen=True)
+class AB:
+    """Candidate vs baseline in one profile: `target` is the candidate, `ab.baseline` the baseline;
+    both must be up at once. Runs alternate in pairs (order shuffled within each pair)."""
+
+    baseline: Target = field(default_factory=Target, metadata={"help": "the baseline engine"})
+    pairs: int = knob(5, "baseline/candidate run pairs", min=2, max=100)
+    order_seed: int = knob(0, "seed of the order within each pair", min=0)
+    practical: float = knob(0.05, "smallest relative change that matters (0.05 = 5 %)", min=0.0, max=1.0)
+    alpha: float = knob(0.05, "significance level of the rank test", exclusive_min=0.0, max=0.5)
+    confidence: float = knob(0.95, "confidence of the bootstrap interval", exclusive_min=0.5, max=0.999)
+    decide_on: tuple[str, ...] = knob(
+        ("output_throughput", "ttft.p50", "itl.p50", "e2e.p50", "e2e.p99"),
+        "figures whose decisions make the verdict (output_throughput, request_throughput, ttft.p50, "
+        "ttft.p99, itl.p50, itl.p99, tpot.p50, e2e.p50, e2e.p99, acceptance_length)")
+
+    def check(self) -> list[tuple[str, str]]:
+        from loadgate.compare import FIGURES
+
+        bad = [f for f in self.decide_on if f not in FIGURES]
+        if bad:
+            return [("decide_on", f"unknown figure {bad[0]!r}; known: {', '.join(FIGURES)}")]
+        return self.baseline.check()
+
+
+@dataclass(frozen=True)
 class Slo:
     """Per-request service levels for goodput; a request counts as good when it succeeded and met
     every level given."""
@@ -269,11 +294,29 @@ class Profile:
                        metadata={"help": "how to send it"})
     exactness: Exactness | None = knob(None, "the exactness check (required by `loadgate run`; "
                                        "without it only `--unverified` measures)")
+    ab: AB | None = knob(None, "compare against a baseline engine in interleaved runs")
+    thresholds: dict[str, tuple[str, ...]] = field(default_factory=dict, metadata={
+        "help": "k6-style thresholds per metric, e.g. ttft: ['p(99) < 800ms']; see loadgate/thresholds.py"})
     slo: Slo = field(default_factory=Slo, metadata={"help": "service levels for goodput"})
     health: HealthBudgets = field(default_factory=HealthBudgets,
                                   metadata={"help": "client health budgets (run validity)"})
     output: Output = field(default_factory=Output, metadata={"help": "where results go"})
     path: str = field(default="", metadata={"internal": True})  # set by the loader: the file read
+
+    def check(self) -> list[tuple[str, str]]:
+        from loadgate.thresholds import ThresholdError, parse
+
+        for metric, texts in self.thresholds.items():
+            for k, text in enumerate(texts):
+                try:
+                    parse(metric, text)
+                except ThresholdError as e:
+                    return [(f"thresholds.{metric}[{k}]", e.message.split(": ", 1)[-1])]
+        if self.ab is not None and self.exactness is not None and self.exactness.baseline == "sim-reference" \
+                and self.ab.baseline.endpoint != "embedded":
+            return [("ab.baseline.endpoint", "exactness.baseline 'sim-reference' needs both engines embedded; "
+                     "write a baseline file with `loadgate baseline`")]
+        return []
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -23,13 +23,20 @@ from tqdm import tqdm
 
 from loadgate import __version__
 from loadgate.attack import TargetSpec, make_session
-from loadgate.errors import EngineError, ExactnessNotEstablished, MeasurementInvalid
-from loadgate.jsonutil import dump_json
+from loadgate.errors import (
+    EngineError,
+    ExactnessNotEstablished,
+    Inconclusive,
+    MeasurementInvalid,
+    Regression,
+    ThresholdFailed,
+)
+from loadgate.jsonutil import dump_json, load_json
 from loadgate.phase import Phase, run_phase_here, run_phase_workers
 from loadgate.plan import Plan, build_plan
 from loadgate.profile import Profile
 from loadgate.records import RecordWriter
-from loadgate.report.table import render_summary
+from loadgate.report.table import capacity_table, render_summary
 from loadgate.servermetrics import GaugeSampler, scrape
 from loadgate.summary import build_summary, snapshot_to_json
 from loadgate.workload.pool import chat_overhead, local_pool, server_pool
@@ -50,14 +57,20 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 @contextlib.asynccontextmanager
 async def engine_url(profile: Profile) -> AsyncIterator[str]:
-    """The engine's base URL; for `endpoint: embedded`, a simulator started in this process."""
+    """The engine's base URL. For `endpoint: embedded`, loadgate starts its simulator itself, in a
+    child process on loopback (`loadgate sim`): the engine's work then never runs on the client's
+    event loop, where it would show up as client lag and trip the health budgets."""
     if profile.target.endpoint != "embedded":
         yield profile.target.endpoint.rstrip("/")
         return
-    from loadgate.sim.server import running_sim
+    from loadgate.sim.process import SimProcess
 
-    async with running_sim(profile.target.sim, host="127.0.0.1", port=0) as sim:
+    sim = SimProcess(profile.target.sim)
+    await asyncio.get_running_loop().run_in_executor(None, sim.start)
+    try:
         yield sim.url
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, sim.stop)
 
 
 async def get_json(session: aiohttp.ClientSession, url: str, *, method: str = "GET",
@@ -176,29 +189,101 @@ def measure(profile: Profile, *, progress: bool = False) -> Path:
 
 def run_profile(profile: Profile, *, progress: bool = True, unverified: bool = False) -> int:
     """`loadgate run`: fingerprint -> exactness check -> attestation -> performance -> fingerprint
-    again; print the check report and the tables; return the exit code (errors raise)."""
+    again (for both engines, in interleaved runs, with an `ab` section); print the check reports
+    and the tables; apply thresholds; return 0 or raise the error that carries the exit code."""
+    if profile.exactness is None and not unverified:
+        raise ExactnessNotEstablished(
+            f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
+            "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
+    if profile.ab is not None:
+        return _run_ab(profile, progress, unverified)
     run_dir = run_async(_gated(profile, progress, unverified))
     summary = build_summary(run_dir)
-    dump_json(run_dir / "summary.json", summary)
     if unverified:
         print("\nUNVERIFIED: no exactness check ran for this configuration; these figures are not a result.")
     print(render_summary(summary))
+    cap = capacity_table(summary, dataclasses.asdict(profile.slo))
+    if cap:
+        print("\n" + cap)
+    outcomes = _thresholds(profile, {lv: s for lv, s in summary["levels"].items()}, None)
+    summary["thresholds"] = outcomes
+    dump_json(run_dir / "summary.json", summary)
     print(f"\nrecords: {run_dir / 'records.jsonl'}\nsummary: {run_dir / 'summary.json'}")
-    if not summary["valid"]:
-        problems = [p for s in summary["levels"].values() for p in s["invalid"]]
+    _finish(summary["valid"], [p for s in summary["levels"].values() for p in s["invalid"]], outcomes, None,
+            unverified)
+    return 0
+
+
+def _thresholds(profile: Profile, cand: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]] | None
+                ) -> list[dict[str, Any]]:
+    """Evaluate the profile's thresholds on every load level; print them; return them as JSON."""
+    if not profile.thresholds:
+        return []
+    from loadgate import thresholds as th
+
+    ts = th.parse_all({k: list(v) for k, v in profile.thresholds.items()})
+    out = []
+    for lv, summary in cand.items():
+        outcomes = th.evaluate_all(ts, summary, None if base is None else base.get(lv))
+        where = f"level {lv}" if len(cand) > 1 else "this run"
+        if base is not None:
+            where += ", on the median candidate run" + (" against the median baseline run" if any(
+                t.value is None for t in ts) else "")
+        print(f"\nthresholds ({where}):\n" + th.render(outcomes))
+        out += [{"level": lv, **th.to_json(o)} for o in outcomes]
+    return out
+
+
+def _finish(valid: bool, problems: list[str], thresholds: list[dict[str, Any]], verdict: str | None,
+            unverified: bool) -> None:
+    """Map the run's outcome to its exit code (the first failing stage wins)."""
+    if not valid:
         raise MeasurementInvalid("measurement invalid: " + "; ".join(problems))
     if unverified:
         raise ExactnessNotEstablished("exactness not established: the run was --unverified")
+    failed = [t for t in thresholds if not t["passed"]]
+    if failed:
+        raise ThresholdFailed(f"{len(failed)} threshold(s) failed: " + "; ".join(
+            f"{t['metric']} {t['threshold']}" for t in failed[:5]))
+    if verdict == "regressed":
+        raise Regression("the candidate regressed against the baseline (see the comparison above)")
+    if verdict in ("inconclusive", "single run"):
+        raise Inconclusive("the comparison is inconclusive: the runs cannot rule out a change that matters; "
+                           "add pairs (ab.pairs) or reduce noise")
+
+
+def _run_ab(profile: Profile, progress: bool, unverified: bool) -> int:
+    from loadgate import ab
+    from loadgate.report.compare_table import as_table, to_json
+
+    assert profile.ab is not None
+    run_dir = new_run_dir(profile)
+    run_async(ab.run_ab(profile, run_dir, progress, unverified))
+    comps, settings = ab.comparisons(run_dir)
+    verdict = ab.verdict(comps, list(profile.ab.decide_on))
+    info = ab.load_ab(run_dir)
+    summaries = {s: [load_json(d / "summary.json") for d in info["runs"][s]] for s in ab.SIDES}
+    for lv, c in comps.items():
+        print(f"\ncandidate vs baseline at {'rate' if profile.load.rate is not None else 'concurrency'} {lv}, "
+              f"{profile.ab.pairs} pairs of runs (order {' '.join(info['ab']['order'])}):")
+        print(as_table(c, len(info["runs"]["A"]), len(info["runs"]["B"])))
+        for f in profile.ab.decide_on:
+            if f in c:
+                print("  " + c[f].words())
+    print(f"\nverdict: {verdict} (decided on {', '.join(profile.ab.decide_on)}; practical change "
+          f"{profile.ab.practical:.0%}, alpha {profile.ab.alpha})")
+    outcomes = _thresholds(profile, ab.median_run(info["runs"]["B"]), ab.median_run(info["runs"]["A"]))
+    problems = [p for side in summaries.values() for s in side for lv in s["levels"].values() for p in lv["invalid"]]
+    dump_json(run_dir / "comparison.json", {"levels": {lv: to_json(c) for lv, c in comps.items()},
+                                             "verdict": verdict, "thresholds": outcomes, "settings": settings})
+    print(f"\nrun folders: {run_dir}/A1 … B{profile.ab.pairs}; comparison: {run_dir / 'comparison.json'}")
+    _finish(not problems, problems, outcomes, verdict, unverified)
     return 0
 
 
 async def _gated(profile: Profile, progress: bool, unverified: bool) -> Path:
     from loadgate import gate
 
-    if profile.exactness is None and not unverified:
-        raise ExactnessNotEstablished(
-            f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
-            "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
     run_dir = new_run_dir(profile)
     async with gate.open_engine(profile) as e:
         att = None

@@ -103,3 +103,66 @@ def render_summary(summary: dict[str, Any]) -> str:
         for msg in s.get("invalid") or []:
             out.append(f"INVALID: {msg}")
     return "\n".join(out)
+
+
+def capacity_table(summary: dict[str, Any], slo: dict[str, Any]) -> str:
+    """For a sweep (several load levels): level -> output throughput, TTFT p99, ITL p99, and whether
+    the level meets the profile's SLOs (p99 of each, failures counted as +inf), then the highest
+    level that does. Empty for a single level."""
+    levels = summary["levels"]
+    if len(levels) < 2:
+        return ""
+    limits = {k: v for k, v in slo.items() if v is not None}
+    names = {"ttft_ms": "ttft_error_adjusted", "tpot_ms": "tpot_error_adjusted", "e2e_ms": "e2e_error_adjusted"}
+    rows, best = [], None
+    for lv, s in levels.items():
+        meets = None
+        if limits:
+            meets = all((s["metrics"][names[k]]["p99"] or float("inf")) <= v for k, v in limits.items())
+            if meets:
+                best = lv
+        rows.append([lv, fmt(s["throughput"]["output_token_throughput"], 1), fmt(s["metrics"]["ttft"]["p99"]),
+                     fmt(s["metrics"]["itl"]["p99"]), "n/a" if meets is None else ("yes" if meets else "no")])
+    kind = summary.get("load", "concurrency")
+    out = "capacity:\n" + tabulate(rows, headers=[kind, "output tok/s", "ttft p99 ms", "itl p99 ms", "meets SLOs"],
+                                    tablefmt="simple", disable_numparse=True)
+    if limits:
+        slo_words = ", ".join(f"{k.removesuffix('_ms')} p99 <= {v:g} ms" for k, v in limits.items())
+        out += (f"\nhighest {kind} meeting the SLOs ({slo_words}): {best}" if best is not None
+                else f"\nno {kind} met the SLOs ({slo_words})")
+    return out
+
+
+def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
+    """One row per level and metric: level, metric, unit, n, p50, p90, p95, p99, p99.9, mean, min, max."""
+    rows = []
+    for lv, s in summary["levels"].items():
+        for name, m in s["metrics"].items():
+            rows.append([lv, name, m["unit"], m["count"], m["p50"], m["p90"], m["p95"], m["p99"], m["p99.9"],
+                         m["mean"], m["min"], m["max"]])
+        t = s["throughput"]
+        for k in ("output_token_throughput", "input_token_throughput", "request_throughput"):
+            rows.append([lv, k, "tok/s" if "token" in k else "req/s", s["succeeded"], t[k], None, None, None, None,
+                         None, None, None])
+    return rows
+
+
+SUMMARY_HEADERS = ["level", "metric", "unit", "n", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max"]
+
+
+def summary_markdown(summary: dict[str, Any]) -> str:
+    rows = [[*r[:4], *(fmt(v) for v in r[4:])] for r in summary_rows(summary)]
+    head = f"**{summary['run_id']}** ({summary.get('model')}, {summary.get('api')})"
+    return head + "\n\n" + tabulate(rows, headers=SUMMARY_HEADERS, tablefmt="github", disable_numparse=True)
+
+
+def summary_csv(summary: dict[str, Any]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(SUMMARY_HEADERS)
+    for r in summary_rows(summary):
+        w.writerow(["inf" if isinstance(v, float) and math.isinf(v) else v for v in r])
+    return buf.getvalue()

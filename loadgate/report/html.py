@@ -1,0 +1,220 @@
+"""Self-contained HTML reports: every plot embedded as a base64 PNG data URI, the summary tables
+rendered as HTML tables, no external resources (no CDN, no web fonts, no scripts).
+
+    write_html(run_dir)                                  -> run_dir/report.html (+ run_dir/plots/*.png)
+    write_comparison_html({"baseline": a, "candidate": b}, out)
+                                                         -> out (+ <out stem>-plots/*.png next to it)
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from loadgate.jsonutil import load_json
+from loadgate.metrics import METRIC_BY_NAME
+from loadgate.records import read_records
+from loadgate.report import plots
+from loadgate.report.table import TABLE_METRICS, fmt
+from loadgate.summary import build_summary
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 1.5em auto;
+       max-width: 1700px; padding: 0 1em; color: #1b1b1b; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.6em; }
+h3 { font-size: 1.05em; margin: 1em 0 0.3em; }
+.meta { color: #555; margin: 0 0 1em; }
+table { border-collapse: collapse; margin: 0.4em 0 0.8em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; }
+th { background: #f1f3f5; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.cols { display: flex; flex-wrap: wrap; gap: 2em; align-items: flex-start; }
+.bad { color: #b00020; font-weight: 600; } .good { color: #1b7a2f; font-weight: 600; }
+figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #e3e3e3; }
+figcaption { color: #555; font-size: 0.9em; }
+"""
+_CAPTIONS = {
+    "latency_cdfs": "Empirical CDFs of time to first token, end-to-end latency and inter-token latency over "
+                    "successful requests; circles mark p50, triangles p99.",
+    "itl_by_position": "Inter-token latency against output token position: median (solid) and p90 (dashed) "
+                       "per bucket of positions.",
+    "tokens_per_chunk": "Tokens carried by each content chunk, as a fraction of the chunks (speculative "
+                        "decoding or batching of the stream puts several tokens in one chunk).",
+    "sweep": "Output token throughput and p99 latencies against the load level.",
+}
+
+
+def level_table_html(s: Mapping[str, Any]) -> str:
+    """One level's metrics as an HTML table: metric, unit, n, p50, p90, p99, mean."""
+    rows = []
+    for name in TABLE_METRICS:
+        m = (s.get("metrics") or {}).get(name)
+        if m is None:
+            continue
+        base = name.removesuffix("_error_adjusted")
+        label = base + (" (errors as +inf)" if name.endswith("_error_adjusted") else "")
+        cells = [m.get("count"), *(m.get(c) for c in ("p50", "p90", "p99", "mean"))]
+        rows.append(f"<tr><td>{escape(label)}</td><td>{escape(METRIC_BY_NAME[base].unit)}</td>"
+                    + "".join(f'<td class="num">{fmt(v)}</td>' for v in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("metric", "unit", "n", "p50", "p90", "p99", "mean"))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _level_facts(s: Mapping[str, Any]) -> str:
+    """Requests, errors, throughput, goodput, acceptance and validity of one level, as a list."""
+    t = s.get("throughput") or {}
+    errs = ", ".join(f"{k} {v}" for k, v in sorted((s.get("errors") or {}).items())) or "none"
+    items = [f"{s.get('requests')} requests, {s.get('succeeded')} succeeded, {s.get('failed')} failed "
+             f"(errors: {escape(errs)})",
+             f"output throughput {fmt(t.get('output_token_throughput'), 1)} tok/s · input "
+             f"{fmt(t.get('input_token_throughput'), 1)} tok/s · requests "
+             f"{fmt(t.get('request_throughput'))} /s · window {fmt(t.get('window_s'))} s"]
+    g = s.get("goodput")
+    if g:
+        slo = ", ".join(f"{k} ≤ {v:g}" for k, v in g["slo_ms"].items())
+        items.append(f"goodput {fmt(g.get('goodput_rps'))} req/s ({g['fraction']:.1%} of requests met "
+                     f"{escape(slo)})")
+    pr = (s.get("acceptance") or {}).get("per_request")
+    if pr and pr.get("acceptance_length") is not None:
+        items.append(f"acceptance length {fmt(pr['acceptance_length'], 3)} ({escape(str(pr.get('source')))})")
+    for msg in s.get("invalid") or []:
+        items.append(f'<span class="bad">INVALID: {escape(msg)}</span>')
+    return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+
+
+def _exactness_html(path: Path) -> str:
+    """Verdict counts and contract words of an exactness.json, or "" when there is none."""
+    if not path.exists():
+        return ""
+    e = load_json(path)
+    passed = e.get("passed")
+    verdict = ('<span class="good">passed</span>' if passed else '<span class="bad">FAILED</span>'
+               if passed is not None else "n/a")
+    contract = e.get("contract") or {}
+    rows = "".join(f'<tr><td>{escape(str(k))}</td><td class="num">{v}</td></tr>'
+                   for k, v in sorted((e.get("verdicts") or {}).items()))
+    reasons = "".join(f"<li>{escape(str(r))}</li>" for r in e.get("reasons") or [])
+    return ("<h2>Exactness</h2>"
+            f"<p>Exactness check {verdict}; contract <b>{escape(str(contract.get('tier', 'n/a')))}</b>: "
+            f"{escape(str(contract.get('words', '')))}</p>"
+            f"<table><thead><tr><th>verdict</th><th>sequences</th></tr></thead><tbody>{rows}</tbody></table>"
+            + (f"<ul>{reasons}</ul>" if reasons else ""))
+
+
+def _img(path: Path, name: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return (f'<figure><img alt="{escape(name)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{escape(_CAPTIONS.get(name, ''))}</figcaption></figure>")
+
+
+def _host(url: Any) -> str:
+    """The engine's address without its scheme: the page links to nothing, not even the engine."""
+    return "n/a" if not url else str(url).split("://", 1)[-1]
+
+
+def _level_label(load: str, level: str) -> str:
+    return f"rate {level}/s" if load == "rate" else f"concurrency {level}"
+
+
+def _by_level(run_dir: Path, summary: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {lv: [] for lv in summary["levels"]}
+    for r in read_records(run_dir / "records.jsonl"):
+        groups.setdefault(str(r["level"]), []).append(r)
+    return groups
+
+
+def _make_plots(series: Mapping[str, Sequence[dict[str, Any]]],
+                sweeps: Mapping[str, list[tuple[float, dict[str, Any]]]], slo: Mapping[str, Any] | None,
+                x_label: str, plot_dir: Path) -> list[tuple[str, Path]]:
+    """Write every applicable plot into `plot_dir`; (name, path) in display order."""
+    made = []
+    if any(len(p) > 1 for p in sweeps.values()):
+        data: Any = next(iter(sweeps.values())) if len(sweeps) == 1 else sweeps
+        made.append(("sweep", plots.sweep(data, plot_dir / "sweep.png", slo, x_label=x_label)))
+    made.append(("latency_cdfs", plots.latency_cdfs(series, plot_dir / "latency_cdfs.png")))
+    made.append(("itl_by_position", plots.itl_by_position(series, plot_dir / "itl_by_position.png")))
+    made.append(("tokens_per_chunk", plots.tokens_per_chunk(series, plot_dir / "tokens_per_chunk.png")))
+    return made
+
+
+def _page(title: str, body: str) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>\n")
+
+
+def _tables(summary: Mapping[str, Any]) -> str:
+    load = summary.get("load", "concurrency")
+    return "".join(f"<h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s)}{level_table_html(s)}"
+                   for lv, s in summary["levels"].items())
+
+
+def _sweep_pairs(summary: Mapping[str, Any]) -> list[tuple[float, dict[str, Any]]]:
+    return [(float(lv), s) for lv, s in summary["levels"].items()]
+
+
+def write_html(run_dir: Path, out: Path | None = None) -> Path:
+    """Write one run's report: every applicable plot into `run_dir/plots/` and a self-contained
+    HTML page (default `run_dir/report.html`) with the plots embedded, run id, model, level tables
+    and, when `run_dir/exactness.json` exists, its verdict counts and contract. Returns its path."""
+    run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / "report.html"
+    summary = build_summary(run_dir)
+    meta = load_json(run_dir / "meta.json")
+    load = summary.get("load", "concurrency")
+    groups = _by_level(run_dir, summary)
+    series = {_level_label(load, lv): recs for lv, recs in groups.items()}
+    made = _make_plots(series, {"": _sweep_pairs(summary)}, (meta.get("profile") or {}).get("slo"), load,
+                       run_dir / "plots")
+    status = ('<span class="good">valid</span>' if summary.get("valid") else '<span class="bad">INVALID</span>')
+    if summary.get("attestation"):
+        att = summary["attestation"]
+        backing = f"attested configuration (fingerprint {escape(str(att.get('fingerprint_hash', ''))[:16])})"
+    else:
+        backing = ('<span class="bad">UNVERIFIED: no exactness check backs these figures</span>'
+                   if summary.get("unverified") else "")
+    body = (f"<h1>loadgate run {escape(summary['run_id'])}</h1>"
+            f"<p class=\"meta\">model <b>{escape(str(summary.get('model')))}</b> · api {escape(str(summary.get('api')))}"
+            f" · engine {escape(_host(meta.get('engine_url')))} · loadgate {escape(str(summary.get('loadgate')))}"
+            f" · measurement {status}{' · ' + backing if backing else ''}</p>"
+            + "".join(_img(p, name) for name, p in made)
+            + "<h2>Summary</h2>" + _tables(summary) + _exactness_html(run_dir / "exactness.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(_page(f"loadgate {summary['run_id']}", body), encoding="utf-8")
+    return out
+
+
+def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
+    """Write an A-vs-B report for labelled run folders (e.g. {"baseline": a, "candidate": b}): the
+    same plots with one series per run (per run and level when a run has several levels), PNGs in
+    `<out stem>-plots/` beside `out`, and the runs' level tables side by side. Returns `out`."""
+    out = Path(out)
+    series: dict[str, list[dict[str, Any]]] = {}
+    sweeps: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+    columns, loads, slo = [], set(), None
+    for label, run_dir in labelled.items():
+        run_dir = Path(run_dir)
+        summary = build_summary(run_dir)
+        meta = load_json(run_dir / "meta.json")
+        slo = slo or (meta.get("profile") or {}).get("slo")
+        load = summary.get("load", "concurrency")
+        loads.add(load)
+        groups = _by_level(run_dir, summary)
+        for lv, recs in groups.items():
+            series[label if len(groups) == 1 else f"{label} · {_level_label(load, lv)}"] = recs
+        sweeps[label] = _sweep_pairs(summary)
+        columns.append(f"<div><h2>{escape(label)}</h2><p class=\"meta\">run {escape(summary['run_id'])} · model "
+                       f"{escape(str(summary.get('model')))}</p>{_tables(summary)}"
+                       f"{_exactness_html(run_dir / 'exactness.json')}</div>")
+    x_label = loads.pop() if len(loads) == 1 else "level"
+    made = _make_plots(series, sweeps, slo, x_label, out.parent / f"{out.stem}-plots")
+    title = " vs ".join(labelled)
+    body = (f"<h1>loadgate comparison: {escape(title)}</h1><p class=\"meta\">"
+            + " · ".join(f"{escape(k)}: {escape(Path(v).name)}" for k, v in labelled.items()) + "</p>"
+            + "".join(_img(p, name) for name, p in made)
+            + f"<div class=\"cols\">{''.join(columns)}</div>")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(_page(f"loadgate {title}", body), encoding="utf-8")
+    return out

@@ -1,0 +1,123 @@
+"""A/B runs, thresholds and exit codes (0 / 20 / 21 / 22), and compare/report on saved runs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from loadgate.cli import main
+from loadgate.jsonutil import load_json
+
+FAST = {"decode_step_us": 1500, "decode_us_per_seq": 40, "prefill_us_per_token": 2}
+SLOW = {"decode_step_us": 2100, "decode_us_per_seq": 56, "prefill_us_per_token": 3}  # 40 % slower
+
+
+def tiny_corpus(tmp: Path) -> Path:
+    p = tmp / "corpus.jsonl"
+    p.write_text("\n".join(orjson.dumps(c).decode() for c in [
+        {"id": "a", "kind": "completion", "prompt": "def add(a, b):", "max_tokens": 12, "tags": ["short"]},
+        {"id": "b", "kind": "completion", "prompt": "The river ran", "max_tokens": 12, "tags": ["short"]},
+        {"id": "c", "kind": "chat", "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8},
+    ]) + "\n")
+    return p
+
+
+def write_profile(tmp: Path, name: str, *, cand: dict[str, Any], base: dict[str, Any] | None, pairs: int = 5,
+                  thresholds: dict[str, list[str]] | None = None, concurrency: Any = 4) -> Path:
+    doc: dict[str, Any] = {
+        "name": name,
+        "target": {"endpoint": "embedded", "sim": cand},
+        "workload": {"requests": 24, "input_len": {"dist": "fixed", "value": 32},
+                     "output_len": {"dist": "fixed", "value": 24}},
+        "load": {"concurrency": concurrency},
+        "exactness": {"baseline": "sim-reference", "corpus": str(tiny_corpus(tmp))},
+        "output": {"dir": str(tmp / "out"), "run_id": name},
+    }
+    if base is not None:
+        doc["ab"] = {"baseline": {"endpoint": "embedded", "sim": base}, "pairs": pairs}
+    if thresholds:
+        doc["thresholds"] = thresholds
+    p = tmp / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def test_thresholds_that_pass_exit_0_and_are_printed_with_their_values(tmp_path, capsys):
+    p = write_profile(tmp_path, "ok", cand=FAST, base=None,
+                      thresholds={"ttft": ["p(99) < 5s"], "errors": ["rate < 1%"], "output_throughput": ["> 1"]})
+    assert main(["run", "-q", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "thresholds: 3 passed, 0 failed" in out and "ttft p(99) < 5s" in out
+    summary = load_json(tmp_path / "out" / "ok" / "summary.json")
+    assert [t["passed"] for t in summary["thresholds"]] == [True, True, True]
+
+
+def test_a_failed_threshold_exits_20_and_names_it(tmp_path, capsys):
+    p = write_profile(tmp_path, "th", cand=FAST, base=None, thresholds={"ttft": ["p(50) < 1us"]})
+    assert main(["run", "-q", str(p)]) == 20
+    captured = capsys.readouterr()
+    assert "FAIL" in captured.out and "ttft p(50) < 1us" in captured.err
+
+
+def test_a_slower_candidate_is_reported_regressed_and_exits_21(tmp_path, capsys):
+    p = write_profile(tmp_path, "slow", cand=SLOW, base=FAST)
+    assert main(["run", "-q", str(p)]) == 21
+    out = capsys.readouterr().out
+    assert "verdict: regressed" in out and "output_throughput" in out
+    ab = load_json(tmp_path / "out" / "slow" / "ab.json")
+    assert sorted(ab["order"]) == sorted([f"{s}{i}" for s in "AB" for i in range(1, 6)])
+    assert all({ab["order"][2 * k][1], ab["order"][2 * k + 1][1]} == {str(k + 1)} for k in range(5))  # in pairs
+    comp = load_json(tmp_path / "out" / "slow" / "comparison.json")
+    f = comp["levels"]["4"]["figures"]["output_throughput"]
+    assert f["decision"] == "regressed" and f["ratio"] < 0.9 and f["interval"][1] < 1
+
+
+def test_too_few_pairs_to_decide_exit_22(tmp_path, capsys):
+    p = write_profile(tmp_path, "few", cand=SLOW, base=FAST, pairs=2)
+    assert main(["run", "-q", str(p)]) == 22
+    assert "verdict: inconclusive" in capsys.readouterr().out
+
+
+def test_compare_and_report_work_on_saved_runs_with_no_engine(tmp_path, capsys):
+    p = write_profile(tmp_path, "saved", cand=SLOW, base=FAST)
+    assert main(["run", "-q", str(p)]) == 21
+    capsys.readouterr()
+    # the engines were child processes of the run and are gone; copy the folders elsewhere too
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(tmp_path / "out" / "saved", moved)
+    assert main(["compare", str(moved)]) == 0
+    table = capsys.readouterr().out
+    assert "output_throughput" in table and "regressed" in table and "verdict: regressed" in table
+    assert main(["compare", str(moved), "--format", "json"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "regressed"
+    assert main(["compare", str(moved), "--format", "csv"]) == 0
+    csv_text = capsys.readouterr().out
+    assert csv_text.splitlines()[0].startswith("figure,unit,baseline_mean")
+    assert main(["compare", str(moved), "--format", "markdown"]) == 0
+    assert "| figure" in capsys.readouterr().out
+    # two single runs: compared with a request-level interval, marked as such
+    assert main(["compare", str(moved / "A1"), str(moved / "B1")]) == 0
+    single = capsys.readouterr().out
+    assert "one run each" in single and "single run" in single
+    for fmt in ("table", "markdown", "csv", "json"):
+        assert main(["report", str(moved / "B2"), "--format", fmt]) == 0
+        assert capsys.readouterr().out.strip()
+    assert main(["compare", str(moved / "A1")]) == 2
+
+
+@pytest.mark.parametrize("bad,reason", [
+    ({"ttft": ["p(99) < 800 parsecs"]}, "unknown unit 'parsecs'"),
+    ({"tft": ["p(99) < 8ms"]}, "did you mean ttft"),
+    ({"output_throughput": ["p(99) > 5"]}, "aggregation"),
+])
+def test_threshold_grammar_errors_are_one_line_profile_errors(tmp_path, capsys, bad, reason):
+    p = write_profile(tmp_path, "bad", cand=FAST, base=None, thresholds=bad)
+    assert main(["validate", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and reason in err and "thresholds." in err and "bad.yaml:" in err
