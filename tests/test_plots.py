@@ -47,7 +47,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     with SimProcess(SimConfig(seed=3, decode_step_us=1000)) as sim:
         out["plain"], _, _ = run(profile_for(sim.url, tmp_path_factory.mktemp("plain"), requests=30, concurrency=4))
         out["sweep"], _, _ = run(profile_for(sim.url, tmp_path_factory.mktemp("sweep"), requests=20,
-                                             concurrency=(1, 4), osl=24))
+                                             concurrency=(1, 4), osl=24))  # type: ignore[arg-type]
     return out
 
 

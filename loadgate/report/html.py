@@ -98,8 +98,8 @@ def _exactness_html(path: Path) -> str:
                    for k, v in sorted((e.get("verdicts") or {}).items()))
     reasons = "".join(f"<li>{escape(str(r))}</li>" for r in e.get("reasons") or [])
     return ("<h2>Exactness</h2>"
-            f"<p>Exactness check {verdict}; contract <b>{escape(str(contract.get('tier', 'n/a')))}</b>: "
-            f"{escape(str(contract.get('words', '')))}</p>"
+            f"<p>Exactness check {verdict}; contract: "
+            f"{escape(str(contract.get('words') or contract.get('tier') or 'n/a'))}</p>"
             f"<table><thead><tr><th>verdict</th><th>sequences</th></tr></thead><tbody>{rows}</tbody></table>"
             + (f"<ul>{reasons}</ul>" if reasons else ""))
 
@@ -113,6 +113,10 @@ def _img(path: Path, name: str) -> str:
 def _host(url: Any) -> str:
     """The engine's address without its scheme: the page links to nothing, not even the engine."""
     return "n/a" if not url else str(url).split("://", 1)[-1]
+
+
+def _axis_label(load: str) -> str:
+    return "request rate (req/s)" if load == "rate" else "concurrency"
 
 
 def _level_label(load: str, level: str) -> str:
@@ -145,10 +149,12 @@ def _page(title: str, body: str) -> str:
             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>\n")
 
 
-def _tables(summary: Mapping[str, Any]) -> str:
+def _tables(summary: Mapping[str, Any], *, side_by_side: bool = False) -> str:
+    """Each level's facts and metric table; levels side by side (wrapping) when asked."""
     load = summary.get("load", "concurrency")
-    return "".join(f"<h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s)}{level_table_html(s)}"
-                   for lv, s in summary["levels"].items())
+    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s)}{level_table_html(s)}</div>"
+              for lv, s in summary["levels"].items()]
+    return f'<div class="cols">{"".join(blocks)}</div>' if side_by_side else "".join(blocks)
 
 
 def _sweep_pairs(summary: Mapping[str, Any]) -> list[tuple[float, dict[str, Any]]]:
@@ -166,7 +172,7 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
     load = summary.get("load", "concurrency")
     groups = _by_level(run_dir, summary)
     series = {_level_label(load, lv): recs for lv, recs in groups.items()}
-    made = _make_plots(series, {"": _sweep_pairs(summary)}, (meta.get("profile") or {}).get("slo"), load,
+    made = _make_plots(series, {"": _sweep_pairs(summary)}, (meta.get("profile") or {}).get("slo"), _axis_label(load),
                        run_dir / "plots")
     status = ('<span class="good">valid</span>' if summary.get("valid") else '<span class="bad">INVALID</span>')
     if summary.get("attestation"):
@@ -179,8 +185,9 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
             f"<p class=\"meta\">model <b>{escape(str(summary.get('model')))}</b> · api {escape(str(summary.get('api')))}"
             f" · engine {escape(_host(meta.get('engine_url')))} · loadgate {escape(str(summary.get('loadgate')))}"
             f" · measurement {status}{' · ' + backing if backing else ''}</p>"
-            + "".join(_img(p, name) for name, p in made)
-            + "<h2>Summary</h2>" + _tables(summary) + _exactness_html(run_dir / "exactness.json"))
+            + _exactness_html(run_dir / "exactness.json")
+            + "<h2>Plots</h2>" + "".join(_img(p, name) for name, p in made)
+            + "<h2>Summary</h2>" + _tables(summary, side_by_side=True))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(_page(f"loadgate {summary['run_id']}", body), encoding="utf-8")
     return out
@@ -205,16 +212,16 @@ def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
         for lv, recs in groups.items():
             series[label if len(groups) == 1 else f"{label} · {_level_label(load, lv)}"] = recs
         sweeps[label] = _sweep_pairs(summary)
-        columns.append(f"<div><h2>{escape(label)}</h2><p class=\"meta\">run {escape(summary['run_id'])} · model "
+        columns.append(f"<div><h3>{escape(label)}</h3><p class=\"meta\">run {escape(summary['run_id'])} · model "
                        f"{escape(str(summary.get('model')))}</p>{_tables(summary)}"
                        f"{_exactness_html(run_dir / 'exactness.json')}</div>")
-    x_label = loads.pop() if len(loads) == 1 else "level"
+    x_label = _axis_label(loads.pop()) if len(loads) == 1 else "load level"
     made = _make_plots(series, sweeps, slo, x_label, out.parent / f"{out.stem}-plots")
     title = " vs ".join(labelled)
     body = (f"<h1>loadgate comparison: {escape(title)}</h1><p class=\"meta\">"
             + " · ".join(f"{escape(k)}: {escape(Path(v).name)}" for k, v in labelled.items()) + "</p>"
-            + "".join(_img(p, name) for name, p in made)
-            + f"<div class=\"cols\">{''.join(columns)}</div>")
+            + "<h2>Plots</h2>" + "".join(_img(p, name) for name, p in made)
+            + f"<h2>Summaries</h2><div class=\"cols\">{''.join(columns)}</div>")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(_page(f"loadgate {title}", body), encoding="utf-8")
     return out

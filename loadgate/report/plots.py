@@ -31,7 +31,7 @@ SWEEP_SIZE = (15.0, 4.6)
 _MISSING = "plots need matplotlib: pip install 'loadgate[plot]'"
 _TITLES = {"ttft": "Time to first token", "e2e": "End-to-end latency", "itl": "Inter-token latency",
            "tpot": "Time per output token", "inter_chunk": "Inter-chunk latency", "client_queue": "Client queue wait"}
-_STYLE = {"font.size": 10.0, "axes.titlesize": 12.0, "axes.labelsize": 10.5, "legend.fontsize": 9.0,
+_STYLE: dict[str, Any] = {"font.size": 10.0, "axes.titlesize": 12.0, "axes.labelsize": 10.5, "legend.fontsize": 9.0,
           "xtick.labelsize": 9.5, "ytick.labelsize": 9.5, "figure.titlesize": 12.5,
           "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6}
 
@@ -129,7 +129,7 @@ def _figure(size: tuple[float, float], out: Path) -> Iterator[Any]:
         from matplotlib.figure import Figure
     except ImportError as e:
         raise UsageError(_MISSING) from e
-    with matplotlib.rc_context(_STYLE):
+    with matplotlib.rc_context(_STYLE):  # type: ignore[arg-type]  # keys are valid rcParams
         fig = Figure(figsize=size, dpi=DPI, layout="constrained")
         FigureCanvasAgg(fig)
         yield fig
@@ -154,9 +154,15 @@ def _nothing(ax: Any, text: str = "no samples") -> None:
 
 
 def _legend_below(ax: Any, **kw: Any) -> None:
-    """A legend under the axes (never over the data), up to four entries a row."""
-    n = len(kw["handles"]) if "handles" in kw else len(ax.get_legend_handles_labels()[0])
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=min(max(n, 1), 4), framealpha=0.9, **kw)
+    """A legend under the axes (never over the data), as many entries a row (at most 4) as fit
+    the figure's width."""
+    labels = [h.get_label() for h in kw["handles"]] if "handles" in kw else ax.get_legend_handles_labels()[1]
+    if not labels:
+        return
+    width_px = ax.figure.get_figwidth() * DPI
+    per_entry_px = 50 + 6.5 * max(len(str(t)) for t in labels)  # handle + text at 9 pt, roughly
+    ncols = max(1, min(len(labels), 4, int(width_px * 0.95 // per_entry_px)))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=ncols, framealpha=0.9, **kw)
 
 
 def _plain_log_ticks(axis: Any) -> None:
@@ -318,8 +324,9 @@ def sweep(levels: Sequence[tuple[float, dict[str, Any]]] | Mapping[str, Sequence
             ax_tok.plot(x, [_p(s, "tpot", "p99") for _, s in pairs], color=color, marker="s", ms=4, lw=1.2,
                         ls="--", label=f"{tag}TPOT p99")
         for ax, key, name in ((ax_ttft, "ttft_ms", "TTFT"), (ax_tok, "tpot_ms", "TPOT")):
-            if slo.get(key) is not None:
-                ax.axhline(float(slo[key]), color="0.25", lw=1.2, ls="-.", label=f"{name} SLO {slo[key]:g} ms")
+            limit = slo.get(key)
+            if limit is not None:
+                ax.axhline(float(limit), color="0.25", lw=1.2, ls="-.", label=f"{name} SLO {float(limit):g} ms")
         ax_tp.set_title("Output token throughput")
         ax_tp.set_ylabel("output tokens / s")
         ax_ttft.set_title("Time to first token, p99")
