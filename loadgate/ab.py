@@ -101,7 +101,9 @@ def comparisons(run_dir: Path) -> tuple[dict[str, dict[str, FigureComparison]], 
     for lv in levels:
         a = [s["levels"][lv] for s in summaries["A"] if lv in s["levels"]]
         b = [s["levels"][lv] for s in summaries["B"] if lv in s["levels"]]
-        out[lv] = compare_summaries(a, b, alpha=ab["alpha"], practical=ab["practical"], confidence=ab["confidence"])
+        # Bonferroni: the verdict reads several figures, so each is tested at alpha / their number
+        alpha = ab["alpha"] / max(1, len(ab["decide_on"]))
+        out[lv] = compare_summaries(a, b, alpha=alpha, practical=ab["practical"], confidence=ab["confidence"])
     return out, ab
 
 

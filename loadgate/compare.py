@@ -16,6 +16,9 @@ the candidate's runs are compared with the baseline's runs:
                           higher for throughputs);
     no change             otherwise, when the whole interval lies within 1 ± practical;
     inconclusive          otherwise (the data cannot rule out a change that matters).
+The verdict of an A/B run reads several figures (`ab.decide_on`), so each figure is tested at
+alpha divided by their number (Bonferroni); with 5 runs a side, a complete separation of the two
+sides gives p = 0.0079, which still passes 0.05 / 5.
 With one run per side no run-level statistic exists: the interval then comes from resampling
 requests and the decision says "single run". A figure one side does not have reads "n/a".
 """
