@@ -103,7 +103,8 @@ def comparisons(run_dir: Path) -> tuple[dict[str, dict[str, FigureComparison]], 
         b = [s["levels"][lv] for s in summaries["B"] if lv in s["levels"]]
         # Bonferroni: the verdict reads several figures, so each is tested at alpha / their number
         alpha = ab["alpha"] / max(1, len(ab["decide_on"]))
-        out[lv] = compare_summaries(a, b, alpha=alpha, practical=ab["practical"], confidence=ab["confidence"])
+        out[lv] = compare_summaries(a, b, alpha=alpha, practical=ab["practical"], practical_ms=ab["practical_ms"],
+                                    confidence=ab["confidence"])
     return out, ab
 
 

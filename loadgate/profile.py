@@ -229,6 +229,8 @@ class AB:
     pairs: int = knob(5, "baseline/candidate run pairs", min=2, max=100)
     order_seed: int = knob(0, "seed of the order within each pair", min=0)
     practical: float = knob(0.05, "smallest relative change that matters (0.05 = 5 %)", min=0.0, max=1.0)
+    practical_ms: float = knob(1.0, "latency changes smaller than this many milliseconds never matter "
+                               "(whatever their relative size)", min=0.0)
     alpha: float = knob(0.05, "significance level of the rank test", exclusive_min=0.0, max=0.5)
     confidence: float = knob(0.95, "confidence of the bootstrap interval", exclusive_min=0.5, max=0.999)
     decide_on: tuple[str, ...] = knob(

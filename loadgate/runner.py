@@ -209,9 +209,21 @@ def run_profile(profile: Profile, *, progress: bool = True, unverified: bool = F
     summary["thresholds"] = outcomes
     dump_json(run_dir / "summary.json", summary)
     print(f"\nrecords: {run_dir / 'records.jsonl'}\nsummary: {run_dir / 'summary.json'}")
+    print(_html(run_dir))
     _finish(summary["valid"], [p for s in summary["levels"].values() for p in s["invalid"]], outcomes, None,
             unverified)
     return 0
+
+
+def _html(run_dir: Path) -> str:
+    """Write the run's self-contained HTML report with plots when matplotlib is installed."""
+    from loadgate.errors import UsageError
+    from loadgate.report.views import render_run
+
+    try:
+        return render_run(run_dir, "table", html=True).rsplit("\n\n", 1)[-1]
+    except UsageError as e:
+        return f"(no HTML report: {e.message})"
 
 
 def _thresholds(profile: Profile, cand: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]] | None
@@ -277,6 +289,7 @@ def _run_ab(profile: Profile, progress: bool, unverified: bool) -> int:
     dump_json(run_dir / "comparison.json", {"levels": {lv: to_json(c) for lv, c in comps.items()},
                                              "verdict": verdict, "thresholds": outcomes, "settings": settings})
     print(f"\nrun folders: {run_dir}/A1 … B{profile.ab.pairs}; comparison: {run_dir / 'comparison.json'}")
+    print(_html(run_dir))
     _finish(not problems, problems, outcomes, verdict, unverified)
     return 0
 

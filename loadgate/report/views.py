@@ -59,7 +59,16 @@ def render_ab(run_dir: Path, fmt: str) -> str:
 def render_run(run_dir: Path, fmt: str, html: bool = False) -> str:
     _require_run(run_dir)
     if is_ab(run_dir):
-        return render_ab(run_dir, fmt)
+        note = ""
+        if html:
+            from loadgate import ab
+            from loadgate.report.html import write_comparison_html
+
+            runs = ab.load_ab(run_dir)["runs"]
+            page = write_comparison_html({f"baseline ({runs['A'][0].name})": runs["A"][0],
+                                          f"candidate ({runs['B'][0].name})": runs["B"][0]}, run_dir / "report.html")
+            note = f"\n\nreport (plots of the first run of each side): {page}"
+        return render_ab(run_dir, fmt) + note
     summary = build_summary(run_dir)
     note = ""
     if html:
