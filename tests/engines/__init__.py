@@ -1,0 +1,1 @@
+"""Tests against real engines (vLLM CPU build, llama.cpp's llama-server); marked `engine`."""
