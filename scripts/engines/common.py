@@ -119,7 +119,8 @@ class Server:
     ``argv`` is started in a new session (its own process group) with stdout and stderr
     appended to ``log_path``; :meth:`start` waits until ``url + health_path`` answers 200.
     :meth:`stop` sends SIGTERM to the process group, waits ``grace_s``, then SIGKILL.
-    ``info`` carries whatever the starter wants to attach (e.g. loadgate ``declared`` fields).
+    ``info`` carries whatever the starter wants to attach (e.g. loadgate ``declared`` fields);
+    ``cwd`` is the process's working folder (default: the caller's).
     """
 
     def __init__(
@@ -133,6 +134,7 @@ class Server:
         ready_timeout_s: float = 300.0,
         grace_s: float = 20.0,
         info: Mapping[str, object] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.argv = [str(a) for a in argv]
         self.port = port
@@ -143,6 +145,7 @@ class Server:
         self.ready_timeout_s = ready_timeout_s
         self.grace_s = grace_s
         self.info: dict[str, object] = dict(info or {})
+        self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None
 
@@ -164,7 +167,7 @@ class Server:
             log.flush()
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,
+                env=env, start_new_session=True, cwd=self.cwd,
             )
         try:
             self.ready_s = wait_healthy(

@@ -1,0 +1,162 @@
+"""Fixtures shared by the real-engine tests (vLLM and llama-server).
+
+- ``models`` (session): paths of the project's tiny models, as ``scripts/engines/make_models.py
+  --paths`` prints them (keys ``root``, ``target``, ``draft`` — Hugging Face folders — and
+  ``target_f32_gguf``, ``target_bf16_gguf``, ``draft_f32_gguf``, ``draft_bf16_gguf``), as Paths.
+  Skips with the command to run when the vLLM venv or the models are missing.
+- ``engine_logs`` (session): a folder for server logs (kept under the cache, printed on failure).
+- ``small_corpus`` (session): an 8-case JSONL corpus (6 completions, 2 chats, max_tokens <= 32)
+  that fits the tiny models' 2048-token context; the same bytes every run.
+- ``write_profile`` / ``profile_factory``: write a loadgate profile YAML for a real endpoint
+  (:func:`profile_file`), bound to the test's ``tmp_path`` or taking the folder first.
+
+The helpers in ``scripts/engines/`` are importable here as ``common`` (and ``vllm_engine``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINES = REPO / "scripts" / "engines"
+if str(ENGINES) not in sys.path:
+    sys.path.insert(0, str(ENGINES))
+
+import common  # noqa: E402
+
+
+def load_script(name: str, module_name: str) -> ModuleType:
+    """Import ``scripts/engines/<name>.py`` under ``module_name`` (``vllm.py`` must not shadow vLLM)."""
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, ENGINES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SMALL_CORPUS: list[dict[str, Any]] = [
+    {"id": "prose-river", "kind": "completion", "max_tokens": 32, "tags": ["prose"],
+     "prompt": "The quiet river walked over the old garden"},
+    {"id": "prose-story", "kind": "completion", "max_tokens": 32, "tags": ["prose"],
+     "prompt": "Once upon a time, in a small village by the sea, there lived"},
+    {"id": "code-def", "kind": "completion", "max_tokens": 32, "tags": ["code"],
+     "prompt": "def load_cache(data, limit):\n    \"\"\"Load the cache from data.\"\"\"\n"},
+    {"id": "code-class", "kind": "completion", "max_tokens": 32, "tags": ["code"],
+     "prompt": "class TokenQueue:\n    def __init__(self, size):\n        self.size = size\n\n"},
+    {"id": "code-loop", "kind": "completion", "max_tokens": 24, "tags": ["code"],
+     "prompt": "    for i in range(count):\n        total += i * 2\n    for i in range(count):\n"},
+    {"id": "unicode", "kind": "completion", "max_tokens": 16, "tags": ["unicode"],
+     "prompt": "Les élèves ont écrit : « Le matin, la rivière"},
+    {"id": "chat-one", "kind": "chat", "max_tokens": 24, "tags": ["chat"],
+     "messages": [{"role": "user", "content": "How do I merge the cache?"}]},
+    {"id": "chat-multi", "kind": "chat", "max_tokens": 24, "tags": ["chat", "multi-turn"],
+     "messages": [{"role": "system", "content": "You are a concise assistant."},
+                  {"role": "user", "content": "How do I sort the table?"},
+                  {"role": "assistant", "content": "To sort the table, read the small index first."},
+                  {"role": "user", "content": "How do I check the stream?"}]},
+]
+
+
+def _skip(reason: str) -> None:
+    if os.environ.get("LOADGATE_ENGINE_TESTS_REQUIRED") == "1":
+        pytest.fail(reason + " (LOADGATE_ENGINE_TESTS_REQUIRED=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def models() -> dict[str, Path]:
+    """Paths of the tiny models (HF folders and GGUF files); skips when they are not built."""
+    vpy = common.cache_dir() / "vllm-venv" / "bin" / "python"
+    if not vpy.exists():
+        _skip(f"no vLLM venv at {vpy.parent.parent}: run scripts/engines/setup_vllm.sh, "
+              "then its python on scripts/engines/make_models.py")
+    out = subprocess.run([str(vpy), str(ENGINES / "make_models.py"), "--paths"], capture_output=True, text=True)
+    if out.returncode != 0:
+        _skip("tiny models not built: run `$(python scripts/engines/common.py cache-dir)/vllm-venv/bin/python "
+              f"scripts/engines/make_models.py` ({out.stderr.strip()})")
+    paths = {k: Path(v) for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+    missing = [str(p) for p in paths.values() if not p.exists()]
+    if missing:
+        _skip(f"tiny model build incomplete, missing: {', '.join(missing)}")
+    return paths
+
+
+@pytest.fixture(scope="session")
+def engine_logs() -> Path:
+    """Folder for this session's server logs (under the cache, so they outlive tmp dirs)."""
+    path = common.cache_dir() / "logs" / time.strftime("%Y%m%dT%H%M%S")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 8-case corpus as a JSONL file (same bytes, so the same corpus hash, every time)."""
+    path = tmp_path_factory.mktemp("corpus") / "small.jsonl"
+    path.write_text("".join(json.dumps(c, ensure_ascii=False, sort_keys=True) + "\n" for c in SMALL_CORPUS))
+    return path
+
+
+def profile_file(directory: Path, name: str, endpoint: str, declared: dict[str, str], corpus: Path, *,
+                 baseline: str | None = None, contract: dict[str, Any] | None = None,
+                 scenarios: dict[str, Any] | None = None, api: str = "openai-completions",
+                 **sections: Any) -> Path:
+    """Write a loadgate profile for a real endpoint as ``directory/<name>.yaml``; results go to
+    ``directory/out/<name>/``.
+
+    Defaults suit the tiny models on 2 shared cores: a small closed-loop workload (24 requests of
+    64 prompt + 32 output tokens, 4 in flight, 2 warmup) and generous client-health budgets (the
+    engine shares the client's two cores, so loop lag says nothing about loadgate here).
+    Keyword arguments replace whole top-level sections (``workload``, ``load`` …); ``contract``
+    and ``scenarios`` replace those inside ``exactness``.
+    """
+    doc: dict[str, Any] = {
+        "name": name, "seed": 7,
+        "target": {"endpoint": endpoint, "api": api, "declared": dict(declared), "timeout_s": 120},
+        "workload": {"requests": 24, "input_len": {"dist": "fixed", "value": 64},
+                     "output_len": {"dist": "fixed", "value": 32}},
+        "load": {"concurrency": 4, "warmup_requests": 2},
+        "exactness": {"corpus": str(corpus), "contract": contract or {"tier": "bit-exact"},
+                      "scenarios": scenarios or {"solo": True, "concurrent": 4}, "timeout_s": 120},
+        "health": {"loop_lag_p99_ms": 500.0, "gc_pause_max_ms": 500.0, "cpu_max": 1.0,
+                   "schedule_lag_p99_ms": 500.0},
+        "output": {"dir": str(directory / "out"), "run_id": name},
+    }
+    if baseline is not None:
+        doc["exactness"]["baseline"] = baseline
+    doc.update(sections)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def profile_factory() -> Callable[..., Path]:
+    """:func:`profile_file` itself (first argument: the folder), for module-scoped fixtures."""
+    return profile_file
+
+
+@pytest.fixture
+def write_profile(tmp_path: Path) -> Callable[..., Path]:
+    """:func:`profile_file` bound to this test's ``tmp_path``."""
+
+    def write(name: str, endpoint: str, declared: dict[str, str], corpus: Path, **kw: Any) -> Path:
+        return profile_file(tmp_path, name, endpoint, declared, corpus, **kw)
+
+    return write

@@ -1,0 +1,213 @@
+"""The whole gate against real vLLM (CPU build) serving the project's tiny models.
+
+One server runs at a time (two cores): float32 without speculation (the baseline), float32 with
+ngram and with draft-model speculation (candidates that must pass), and bfloat16 (the planted
+real divergence, which must fail with the right first-divergence positions). loadgate is driven
+through `loadgate.cli.main` exactly as a user would; the ids it extracted are checked against
+plain non-streaming requests sent here with urllib, independently of loadgate's adapters.
+
+Run with `python -m pytest -q -m engine tests/engines/test_vllm.py` after
+`scripts/engines/setup_vllm.sh` and `make_models.py`. Facts measured on each run are appended to
+`<engine_logs>/vllm-facts.jsonl` (tiers met, ULP distances, acceptance lengths).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadgate.cli import main
+from loadgate.jsonutil import load_json
+
+from .conftest import load_script
+
+pytestmark = pytest.mark.engine
+vllm_engine = load_script("vllm", "vllm_engine")
+
+# The tier each float32 speculation variant is held to (measured: see scripts/engines/README.md).
+SPEC_TIER = {"ngram": "bit-exact", "draft": "bit-exact"}
+
+
+class OneServer:
+    """Starts vLLM variants on demand, one at a time: asking for another stops the current one."""
+
+    def __init__(self, models: dict[str, Path], logs: Path) -> None:
+        self.models = {k: str(v) for k, v in models.items()}
+        self.logs = logs
+        self.current: Any = None
+
+    def get(self, variant: str) -> Any:
+        cur = self.current
+        if cur is not None and cur.info["variant"] == variant and cur.alive():
+            return cur
+        self.close()
+        self.current = vllm_engine.start(variant, self.models, log_dir=self.logs)
+        return self.current
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+            self.current = None
+
+
+@pytest.fixture(scope="module")
+def servers(models: dict[str, Path], engine_logs: Path) -> Iterator[OneServer]:
+    s = OneServer(models, engine_logs)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def note(logs: Path, **facts: Any) -> None:
+    """Append measured facts to the session's facts file (read by people, not by tests)."""
+    with open(logs / "vllm-facts.jsonl", "a") as f:
+        f.write(json.dumps(facts, sort_keys=True, default=str) + "\n")
+
+
+@pytest.fixture(scope="module")
+def baseline_file(servers: OneServer, small_corpus: Path, profile_factory: Any,
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`loadgate baseline` on float32 without speculation."""
+    srv = servers.get("plain")
+    work = tmp_path_factory.mktemp("vllm-baseline")
+    p = profile_factory(work, "vllm-f32-plain", srv.url, srv.info["declared"], small_corpus)
+    assert main(["baseline", str(p), "--out", str(work / "baselines")]) == 0
+    files = sorted((work / "baselines").glob("*.json"))
+    assert len(files) == 1
+    return files[0]
+
+
+def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One plain non-streaming request (urllib: independent of loadgate's transport)."""
+    body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return dict(json.loads(r.read()))
+
+
+def ids_and_logprobs(route: str, answer: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """Output token ids and their logprobs from a non-streaming answer of either route."""
+    choice = answer["choices"][0]
+    if route.endswith("/chat/completions"):
+        return list(choice["token_ids"]), [c["logprob"] for c in choice["logprobs"]["content"]]
+    return list(choice["token_ids"]), list(choice["logprobs"]["token_logprobs"])
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """First index where two id lists differ (the shorter length when one is a prefix), or None."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def direct(srv: Any, case: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """Re-send a baseline case's request body, non-streaming, to `srv`."""
+    route = case["route"]
+    return ids_and_logprobs(route, post(srv.url + route, case["request"]))
+
+
+def test_baseline_holds_ids_and_logprobs_from_both_routes_equal_to_plain_requests(servers, baseline_file, engine_logs):
+    doc = load_json(baseline_file)
+    cases = doc["cases"]
+    assert len(cases) == 8
+    routes = {c["route"] for c in cases.values()}
+    assert any(r.endswith("/v1/completions") for r in routes) and any(r.endswith("/chat/completions") for r in routes)
+    srv = servers.get("plain")
+    for cid, case in cases.items():
+        ids, lps = case["output_ids"], case["logprobs"]
+        assert ids and len(lps) == len(ids) and all(isinstance(v, float) for v in lps), cid
+        assert all(len(top) == 2 and top[0][0] == tok for top, tok in zip(case["top_logprobs"], ids, strict=True)), cid
+        assert case["finish_reason"] in ("length", "stop")
+        d_ids, d_lps = direct(srv, case)
+        assert d_ids == ids, f"{cid}: streamed ids extracted by loadgate differ from a plain request's"
+        assert d_lps == lps, f"{cid}: streamed logprobs extracted by loadgate differ from a plain request's"
+    note(engine_logs, test="routes", routes=sorted(routes), cases=len(cases),
+         tokens=sum(len(c["output_ids"]) for c in cases.values()))
+
+
+@pytest.mark.parametrize("variant", ["ngram", "draft"])
+def test_speculation_in_float32_passes_the_gate_and_acceptance_sources_agree(
+        variant, servers, baseline_file, small_corpus, write_profile, engine_logs, tmp_path):
+    srv = servers.get(variant)
+    declared = srv.info["declared"]
+    assert declared["speculative"] in ("ngram", "draft_model") and declared["dtype"] == "float32"
+    tier = SPEC_TIER[variant]
+    p = write_profile(f"vllm-f32-{variant}", srv.url, declared, small_corpus, baseline=str(baseline_file),
+                      contract={"tier": tier})
+    code = main(["run", "-q", str(p)])
+    run = tmp_path / "out" / f"vllm-f32-{variant}"
+    ex = load_json(run / "exactness.json")
+    assert code == 0, (ex["reasons"], ex["non_identical"][:3])
+    assert ex["passed"] and ex["contract"]["tier"] == tier
+    assert set(ex["verdicts"]) == {"identical"} and ex["non_identical"] == []
+    assert ex["positions"]["ids_only"] == 0 and ex["positions"]["logprob"] > 100
+    spec = ex["speculation"]
+    assert spec["required"] and spec["ran"] and spec["counter_drafts_delta"] > 0
+    assert spec["requests_with_draft_activity"] > 0  # per-request stats (--per-request-spec-decode-metrics)
+    summary = load_json(run / "summary.json")
+    assert summary["valid"], [lv["invalid"] for lv in summary["levels"].values()]
+    level = summary["levels"]["4"]
+    acc = level["acceptance"]
+    per_req, counters, rec = acc["per_request"], acc["counters"], acc["reconciliation"]
+    assert per_req["requests"] == 24 and per_req["acceptance_length"] > 1.0
+    assert counters["drafts"] > 0 and counters["acceptance_length"] > 1.0
+    assert rec["agree"], rec
+    assert level["contamination"]["clean"], level["contamination"]
+    note(engine_logs, test="speculation", variant=variant, tier=tier, verdicts=ex["verdicts"],
+         positions=ex["positions"], speculation=spec, per_request=per_req, counters=counters, reconciliation=rec)
+
+
+@pytest.fixture(scope="module")
+def bf16_check(servers, baseline_file, small_corpus, profile_factory, tmp_path_factory) -> dict[str, Any]:
+    """`loadgate check` of bfloat16 against the float32 baseline (token-exact: ids must match)."""
+    srv = servers.get("bf16")
+    work = tmp_path_factory.mktemp("vllm-bf16")
+    p = profile_factory(work, "vllm-bf16", srv.url, srv.info["declared"], small_corpus,
+                        baseline=str(baseline_file), contract={"tier": "token-exact"}, scenarios={"solo": True})
+    code = main(["check", str(p)])
+    run = work / "out" / "vllm-bf16"
+    return {"code": code, "report": load_json(run / "exactness.json"), "run": run}
+
+
+def test_bfloat16_fails_with_first_divergences_where_the_ids_really_differ(servers, baseline_file, bf16_check,
+                                                                          engine_logs):
+    assert bf16_check["code"] == 10
+    report = bf16_check["report"]
+    assert not report["passed"]
+    listed = {n["case"]: n for n in report["non_identical"]}
+    assert listed, "bfloat16 gave the same ids as float32 on every case: no divergence planted"
+    srv = servers.get("bf16")
+    cases = load_json(baseline_file)["cases"]
+    expected: dict[str, int] = {}
+    for cid, case in cases.items():
+        cand_ids, _ = direct(srv, case)
+        fd = first_difference(case["output_ids"], cand_ids)
+        if fd is not None:
+            expected[cid] = fd
+    assert set(expected) == set(listed), "the check and a direct comparison disagree on which cases diverge"
+    for cid, fd in expected.items():
+        n = listed[cid]
+        assert n["first_divergence"] == fd and n["verdict"] in ("divergence", "near-tie divergence"), (cid, n, fd)
+        assert not n["passed"]
+    bundles = sorted((bf16_check["run"] / "divergences").glob("*.json"))
+    assert len(bundles) == len(listed)
+    note(engine_logs, test="bf16", first_divergences=expected, verdicts=report["verdicts"],
+         gaps={c: n["baseline_top2_gap"] for c, n in listed.items()})
+
+
+def test_replay_of_a_bfloat16_bundle_reproduces_the_divergence(servers, bf16_check, capsys):
+    bundle = sorted((bf16_check["run"] / "divergences").glob("*.json"))[0]
+    doc = load_json(bundle)
+    fd = doc["comparison"]["first_divergence"]
+    srv = servers.get("bf16")
+    capsys.readouterr()
+    assert main(["replay", str(bundle), "--endpoint", srv.url, "--times", "2"]) == 10
+    out = capsys.readouterr().out
+    assert out.count(f"diverges at token {fd} ") == 2, out
