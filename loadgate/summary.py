@@ -12,6 +12,7 @@ from typing import Any
 from loadgate.health import schedule_lag, verdict
 from loadgate.jsonutil import load_json
 from loadgate.metrics import METRIC_BY_NAME, summarize
+from loadgate.profile import HealthBudgets
 from loadgate.records import read_records
 from loadgate.servermetrics import Snapshot
 from loadgate.specdec import contamination, from_counters, from_records, reconcile
@@ -84,14 +85,9 @@ def level_summary(records: list[dict[str, Any]], server: dict[str, Any] | None, 
     s["client_health"] = h
     budgets = profile.get("health")
     if budgets:
-        invalid += verdict(h, _Budgets(**budgets))
+        invalid += verdict(h, HealthBudgets(**budgets))
     s["invalid"] = invalid
     return s
-
-
-class _Budgets:
-    def __init__(self, **kw: float) -> None:
-        self.__dict__.update(kw)
 
 
 def merge_health(parts: list[dict[str, Any]]) -> dict[str, Any]:

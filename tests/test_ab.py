@@ -121,3 +121,15 @@ def test_threshold_grammar_errors_are_one_line_profile_errors(tmp_path, capsys, 
     assert main(["validate", str(p)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and reason in err and "thresholds." in err and "bad.yaml:" in err
+
+
+def test_a_concurrency_sweep_prints_a_capacity_table_and_the_highest_level_meeting_the_slos(tmp_path, capsys):
+    p = write_profile(tmp_path, "sweep", cand=FAST, base=None, concurrency=[1, 4, 16])
+    doc = yaml.safe_load(p.read_text())
+    doc["slo"] = {"ttft_ms": 1000.0}
+    p.write_text(yaml.safe_dump(doc))
+    assert main(["run", "-q", str(p)]) == 0
+    out = capsys.readouterr().out
+    cap = out[out.index("capacity:"):]
+    assert [line.split()[0] for line in cap.splitlines()[3:6]] == ["1", "4", "16"]
+    assert "highest concurrency meeting the SLOs (ttft p99 <= 1000 ms): 16" in cap
