@@ -163,7 +163,7 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
     required = spec_on if ex.speculation == "auto" else ex.speculation == "on"
     c = ex.contract
     contract = Contract(c.tier, c.tolerance, c.gap)
-    max_len = next((m.get("max_model_len") for m in fp["engine"].get("models") or [] if m.get("max_model_len")), None)
+    max_len = context_length(fp)
     sender = sender_for(e, ex)
     try:
         result = await run_check(sender, corpus, b, contract, ex.scenarios, tag=f"{run_dir.name}-check",
@@ -190,6 +190,20 @@ def _show_path(p: str) -> str:
         return str(Path(p).resolve().relative_to(Path.cwd()))
     except ValueError:
         return p
+
+
+def context_length(fp: dict[str, Any]) -> int | None:
+    """The longest context one request may use: vLLM's `max_model_len`, SGLang's `context_length`,
+    llama-server's per-slot `n_ctx`; None when the engine does not say."""
+    eng = fp.get("engine") or {}
+    for m in eng.get("models") or []:
+        if m.get("max_model_len"):
+            return int(m["max_model_len"])
+    info = eng.get("server_info") or {}
+    if isinstance(info.get("context_length"), int):
+        return int(info["context_length"])
+    n_ctx = ((eng.get("props") or {}).get("default_generation_settings") or {}).get("n_ctx")
+    return int(n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else None
 
 
 def header(o: CheckOutcome) -> str:

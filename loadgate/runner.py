@@ -137,7 +137,7 @@ async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, m
     window's boundaries; writes meta.json, records.jsonl, server.json and health.json."""
     need_text = profile.target.api == "openai-chat"
     tp = (local_pool(profile.workload.tokenizer, need_text) if profile.workload.tokenizer
-          else await server_pool(session, base, model, need_text))
+          else await server_pool(session, base, model, need_text, profile.target.api))
     pool = list(tp.ids)
     plan = build_plan(profile, pool)
     overhead = await chat_overhead(session, base, model, tp) if need_text else 0

@@ -67,6 +67,8 @@ class CaseSender:
         body: dict[str, Any] = {"model": self.spec.model}
         if case.kind == "chat":
             body.update(messages=list(case.messages or ()), add_generation_prompt=True)
+        elif self.spec.api == "llamacpp":
+            body = {"content": case.prompt or ""}
         else:
             body["prompt"] = case.prompt or ""
         try:
@@ -76,6 +78,8 @@ class CaseSender:
                     data = await r.json(content_type=None)
                     if isinstance(data, dict) and isinstance(data.get("count"), int):
                         return int(data["count"])
+                    if isinstance(data, dict) and isinstance(data.get("tokens"), list):  # llama-server
+                        return len(data["tokens"])
         except (aiohttp.ClientError, TimeoutError, ValueError):
             pass
         text = case.prompt or "".join(str(m.get("content", "")) for m in case.messages or ())

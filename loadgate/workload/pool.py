@@ -66,10 +66,17 @@ def local_pool(tokenizer_path: str, need_text: bool) -> TokenPool:
     return TokenPool(tuple(ids), text, source=f"local tokenizer {tokenizer_path}")
 
 
-async def server_pool(session: aiohttp.ClientSession, base: str, model: str, need_text: bool) -> TokenPool:
+def tokenize_body(api: str, model: str, text: str) -> dict[str, Any]:
+    """vLLM and SGLang read `prompt`; llama-server reads `content` (and adds no special tokens)."""
+    if api == "llamacpp":
+        return {"content": text, "add_special": False}
+    return {"model": model, "prompt": text, "add_special_tokens": False}
+
+
+async def server_pool(session: aiohttp.ClientSession, base: str, model: str, need_text: bool,
+                      api: str = "openai-completions") -> TokenPool:
     try:
-        data = await _post(session, f"{base}/tokenize", {"model": model, "prompt": filler_text(),
-                                                          "add_special_tokens": False})
+        data = await _post(session, f"{base}/tokenize", tokenize_body(api, model, filler_text()))
     except (aiohttp.ClientError, TimeoutError) as e:
         raise EngineError(f"POST {base}/tokenize failed: {e}; set workload.tokenizer to a local "
                           "tokenizer.json for engines without /tokenize") from None
@@ -85,8 +92,7 @@ async def server_pool(session: aiohttp.ClientSession, base: str, model: str, nee
             piece = (await _post(session, f"{base}/detokenize", {"model": model, "tokens": [i]})).get("prompt", "")
             if not _WORD.match(piece):
                 return None
-            back = (await _post(session, f"{base}/tokenize", {"model": model, "prompt": piece,
-                                                               "add_special_tokens": False})).get("tokens")
+            back = (await _post(session, f"{base}/tokenize", tokenize_body(api, model, piece))).get("tokens")
             return (i, piece) if back == [i] else None
 
     found = [x for x in await asyncio.gather(*(check(i) for i in ids)) if x is not None][:MAX_TEXT_POOL]
