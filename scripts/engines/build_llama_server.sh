@@ -6,8 +6,9 @@
 # The source comes from `common.llama_cpp_source()` (the pinned sdist, downloaded and extracted
 # once under the cache). The binary is cached at
 #     $(cache_dir)/llama-server/<sdist version>-<key>/llama-server
-# where <key> is the sha256 (first 12 hex digits) of the sdist file and the cmake flags below, so
-# another source or another configuration builds afresh and an unchanged one is reused at once.
+# where <key> is the sha256 (first 12 hex digits) of the sdist file, the cmake flags below and the
+# CPU's instruction-set flags, so another source, configuration or CPU builds afresh and an
+# unchanged one is reused at once.
 # Only the `llama-server` target is built (Release, static, no tests/examples, no curl, no web UI
 # download), with Ninja when it is installed and ccache when it is on PATH. A file lock keeps two
 # callers from building at the same time. The last line of stdout is the binary's path; timings
@@ -24,7 +25,7 @@ force=0
 for arg in "$@"; do
   case "$arg" in
     --force) force=1 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "build_llama_server.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -51,7 +52,10 @@ flags=(
   -DBUILD_SHARED_LIBS=OFF
 )
 sdist_sha="$( [[ -n "$sdist" ]] && sha256sum "$sdist" | cut -d' ' -f1 || echo "no-sdist-$version")"
-key="$(printf '%s\n' "$sdist_sha" "${flags[@]}" | sha256sum | cut -c1-12)"
+# GGML_NATIVE (on by default) compiles for this CPU (-march=native): its instruction sets are part
+# of the key, so a cache restored onto another CPU builds afresh instead of dying on SIGILL.
+cpu_flags="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m)"
+key="$(printf '%s\n' "$sdist_sha" "${flags[@]}" "$cpu_flags" | sha256sum | cut -c1-12)"
 dest_dir="$cache/llama-server/$version-$key"
 binary="$dest_dir/llama-server"
 
