@@ -31,7 +31,7 @@ SIZES: dict[str, dict[str, Any]] = {
 SEQ, BATCH, LR = 256, 32, 1e-3
 
 
-def train(name: str, spec: dict[str, Any], blocks: Any, tok: Any, out: Path) -> dict[str, Any]:
+def train(name: str, spec: dict[str, Any], blocks: Any, tok: Any, out: Path, device: str = "cuda") -> dict[str, Any]:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -43,15 +43,15 @@ def train(name: str, spec: dict[str, Any], blocks: Any, tok: Any, out: Path) -> 
                       max_position_embeddings=4096, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
                       tie_word_embeddings=False)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).cuda()
+    model = LlamaForCausalLM(cfg).to(device)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     t0, losses = time.monotonic(), []
     for step in range(spec["steps"]):
         for g in opt.param_groups:
             g["lr"] = LR * min(1.0, (step + 1) / 20) * max(0.1, 1 - step / spec["steps"])
-        batch = blocks[torch.randint(0, blocks.shape[0], (BATCH,), generator=gen)].cuda()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        batch = blocks[torch.randint(0, blocks.shape[0], (BATCH,), generator=gen)].to(device)
+        with torch.autocast(device, dtype=torch.bfloat16):
             loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -74,16 +74,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--vendor", type=Path, required=True, help="the llama.cpp source folder (holds the converter)")
+    ap.add_argument("--smoke", action="store_true", help="tiny models, 2 steps, on the CPU: checks the flow only")
     a = ap.parse_args()
+    device = "cpu" if a.smoke else "cuda"
+    sizes = {k: {**v, "num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128, "steps": 2}
+             for k, v in SIZES.items()} if a.smoke else SIZES
     t0 = time.monotonic()
-    docs = mm.make_corpus(mm.PARAMS["seed"], mm.PARAMS["corpus_docs"] * 2)
+    docs = mm.make_corpus(mm.PARAMS["seed"], mm.PARAMS["corpus_docs"] // (8 if a.smoke else 1) * 2)
     tok = mm.make_tokenizer(docs, a.out / "tokenizer", mm.PARAMS["vocab_size"])
     blocks = mm.token_blocks(docs, tok, SEQ)
     report: dict[str, Any] = {"tokenizer_s": round(time.monotonic() - t0, 1), "blocks": int(blocks.shape[0])}
-    for name, spec in SIZES.items():
-        report[name] = train(name, spec, blocks, tok, a.out / "hf" / name)
+    for name, spec in sizes.items():
+        report[name] = train(name, spec, blocks, tok, a.out / "hf" / name, device)
     (a.out / "gguf").mkdir(parents=True, exist_ok=True)
-    for name in SIZES:
+    for name in sizes:
         for t in ("f16", "bf16", "f32"):
             report[f"gguf_{name}_{t}_s"] = mm.to_gguf(a.out / "hf" / name, a.out / "gguf" / f"{name}-{t}.gguf", t,
                                                       f"loadgate-gpu-{name}", a.vendor)
