@@ -1,20 +1,23 @@
 """llama.cpp's `llama-server` (built from the llama-cpp-python sdist) under loadgate's whole gate.
 
-Configurations, all on the project's tiny models (float32 GGUF unless said), greedy:
-  f32        1 slot, no speculation: the baseline (`loadgate baseline`)
-  draft      1 slot, draft-model speculation (n_max 4): token-exact passes; bit-exact is refused,
-             because llama-server gives no real logprob for draft-accepted tokens
-  slots4     4 slots, checked and measured with 4 requests in flight
-  bf16       bfloat16 weights: the planted real divergence (exit 10, first divergences, bundles,
-             replay)
-Every first divergence the gate reports is checked against indices computed here from plain
-`/completion` answers (`tokens`), and acceptance from per-request `timings` against the
-server's own `llamacpp:spec_decode_*` counters. Run with `python -m pytest -q -m engine`.
+Configurations, on the project's tiny models (float32 GGUF unless said), greedy:
+  f32     1 slot, no speculation: the baseline (`loadgate baseline`)
+  draft   1 slot, draft-model speculation (n_max 4): token-exact passes; bit-exact is refused,
+          because llama-server gives no real logprob for tokens of a speculative step
+  ngram   1 slot, n-gram speculation: token-exact, speculation proven
+  slots4  4 slots with 4 requests in flight: ids exact, logprobs move by float32 ULPs (token-exact)
+  bf16    bfloat16 weights: the planted real divergence (exit 10, first divergences, bundles, replay)
+First divergences are checked against indices computed here from plain `/completion` answers
+(`tokens`), and per-request `timings` against the server's `llamacpp:` counters. Tests marked
+xfail(strict) pin loadgate gaps found on the live server; each reason says what is missing.
+Run with `python -m pytest -q -m engine`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import sys
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,7 +28,8 @@ import orjson
 import pytest
 
 from loadgate.cli import main
-from loadgate.exactness.corpus import Corpus, load_corpus
+from loadgate.engines.base import Decoded, GenRequest
+from loadgate.exactness.corpus import Case, Corpus, load_corpus
 from loadgate.jsonutil import load_json
 from loadgate.records import read_records
 from loadgate.servermetrics import delta
@@ -37,16 +41,19 @@ import llama  # noqa: E402
 pytestmark = pytest.mark.engine
 
 CASES: list[dict[str, Any]] = [
-    {"id": "code-send", "prompt": 'def send_batch(items, size):\n    """Send the batch from items."""\n'},
-    {"id": "code-class", "prompt": "class StreamPool:\n    def __init__(self, path):\n        self.path = path\n\n"},
+    {"id": "code-class-pool", "prompt": "class StreamPool:\n    def __init__(self, path):\n        self.path = path\n\n"},
+    {"id": "code-class-queue", "prompt": "class TokenQueue:\n    def __init__(self, size):\n        self.size = size\n\n"},
     {"id": "code-count", "prompt": "def count_tokens(text, key):\n"},
-    {"id": "code-loop", "prompt": "    for j in range(limit):\n        total += j % 3\n"},
-    {"id": "code-stop", "prompt": "def reset_queue(node, count):\n", "stop": ["\n\n"]},
+    {"id": "prose-river", "prompt": "The quiet river walked over the old garden"},
     {"id": "prose-market", "prompt": "The old market turned near the bright city"},
     {"id": "prose-letter", "prompt": "The small letter waited behind the warm window, and the"},
+    {"id": "prose-engine", "prompt": "The cold engine stopped under the new table. The"},
+    {"id": "prose-server", "prompt": "The fast server"},
+    {"id": "prose-stop", "prompt": "Once upon a time, in a small village by the sea, there lived", "stop": ["return"]},
     {"id": "prose-filler", "prompt_words": 40, "prompt_seed": 7, "max_tokens": 24},
 ]
 MAX_TOKENS = 32
+MEASURED = 12  # requests in each performance phase
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +63,8 @@ def binary() -> Path:
 
 @pytest.fixture(scope="module")
 def files(models: dict[str, Path]) -> dict[str, Path]:
-    """The GGUF files and the tokenizer, from the shared `models` fixture."""
-    return {"f32": models["target_f32_gguf"], "bf16": models["target_bf16_gguf"],
-            "draft": models["draft_f32_gguf"], "tokenizer": models["target"] / "tokenizer.json"}
+    """The GGUF files, from the shared `models` fixture."""
+    return {"f32": models["target_f32_gguf"], "bf16": models["target_bf16_gguf"], "draft": models["draft_f32_gguf"]}
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +93,8 @@ def serve(binary: Path, files: dict[str, Path], engine_logs: Path) -> Iterator[C
     started: list[Any] = []
 
     def start(**kw: Any) -> Any:
-        s = llama.start(config(files, **kw), binary=binary, log_dir=engine_logs)
-        started.append(s)
-        return s
+        started.append(llama.start(config(files, **kw), binary=binary, log_dir=engine_logs))
+        return started[-1]
 
     yield start
     for s in started:
@@ -102,12 +107,9 @@ def profile_for(profile_factory: Callable[..., Path], work: Path) -> Callable[..
     measured workload (conftest.profile_file), api `llamacpp` (the native `/completion`) unless said."""
 
     def write(name: str, server: Any, *, baseline: Path | None = None, tier: str = "token-exact",
-              scenarios: dict[str, Any] | None = None, api: str = "llamacpp", concurrency: int = 1,
-              tokenizer: Path | None = None) -> Path:
-        workload: dict[str, Any] = {"requests": 12, "input_len": {"dist": "fixed", "value": 32},
-                                    "output_len": {"dist": "fixed", "value": 32}}
-        if tokenizer is not None:
-            workload["tokenizer"] = str(tokenizer)
+              scenarios: dict[str, Any] | None = None, api: str = "llamacpp", concurrency: int = 1) -> Path:
+        workload = {"requests": MEASURED, "input_len": {"dist": "fixed", "value": 32},
+                    "output_len": {"dist": "fixed", "value": 32}}
         return profile_factory(work, name, server.url, server.info["declared"], work / "corpus.jsonl",
                                baseline=None if baseline is None else str(baseline), contract={"tier": tier},
                                scenarios=scenarios or {"solo": True}, api=api, workload=workload,
@@ -122,6 +124,11 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return orjson.loads(r.read())  # type: ignore[no-any-return]
 
 
+def get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return orjson.loads(r.read())  # type: ignore[no-any-return]
+
+
 def plain_ids(server: Any, corpus: Corpus) -> dict[str, list[int]]:
     """Each case's greedy output ids from a plain non-streamed `/completion` (`tokens`), without loadgate."""
     out = {}
@@ -133,21 +140,16 @@ def plain_ids(server: Any, corpus: Corpus) -> dict[str, list[int]]:
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
-    for k, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return k
-    return None if len(a) == len(b) else min(len(a), len(b))
+    k = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    return k if k is not None or len(a) == len(b) else min(len(a), len(b))
 
 
-def metrics(server: Any) -> dict[str, float]:
-    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("llamacpp:") and "{" not in line:
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
+def cli(*args: str) -> tuple[int, str]:
+    """`loadgate ARGS` through `main`, with its standard output."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(list(args))
+    return code, out.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -155,11 +157,31 @@ def baseline(binary: Path, files: dict[str, Path], work: Path, corpus: Corpus, e
              profile_for: Callable[..., Path]) -> dict[str, Any]:
     """`loadgate baseline` from f32 without speculation, and the plain ids of the same server."""
     with llama.server(config(files), binary=binary, log_dir=engine_logs) as s:
-        p = profile_for("baseline-f32", s)
-        assert main(["baseline", str(p), "--out", str(work / "baselines")]) == 0
+        code, out = cli("baseline", str(profile_for("baseline-f32", s)), "--out", str(work / "baselines"))
+        assert code == 0, out
         ids = plain_ids(s, corpus)
-    (path,) = (work / "baselines").glob("baseline-f32-*.json")
+    path = Path(out.strip().splitlines()[-1])
     return {"path": path, "doc": load_json(path), "ids": ids}
+
+
+@pytest.fixture(scope="module")
+def draft(binary: Path, files: dict[str, Path], engine_logs: Path) -> Iterator[Any]:
+    with llama.server(config(files, speculation="draft"), binary=binary, log_dir=engine_logs) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def draft_run(draft: Any, baseline: dict[str, Any], profile_for: Callable[..., Path], work: Path) -> dict[str, Any]:
+    """`loadgate run` (token-exact check, then 12 requests at concurrency 1) against draft speculation."""
+    code, out = cli("run", "-q", str(profile_for("draft-run", draft, baseline=baseline["path"])))
+    run = work / "out" / "draft-run"
+    server = load_json(run / "server.json")["1"]
+    before, after = snapshot_from_json(server["before"]), snapshot_from_json(server["after"])
+    deltas = {n: delta(before, after, f"llamacpp:{n}_total") for n in (
+        "spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens", "n_decode")}
+    return {"code": code, "out": out, "dir": run, "deltas": deltas,
+            "records": [r for r in read_records(run / "records.jsonl") if r.get("error") is None],
+            "level": load_json(run / "summary.json")["levels"]["1"]}
 
 
 def test_the_baseline_holds_the_servers_own_ids_and_real_logprobs(baseline):
@@ -169,134 +191,131 @@ def test_the_baseline_holds_the_servers_own_ids_and_real_logprobs(baseline):
         assert rec["output_ids"] == baseline["ids"][cid], cid
         assert rec["placeholders"] == [] and None not in rec["logprobs"]
         assert len(rec["logprobs"]) == len(rec["output_ids"]) and all(len(t) == 2 for t in rec["top_logprobs"])
-    assert cases["code-stop"]["finish_reason"] == "stop" or len(cases["code-stop"]["output_ids"]) == MAX_TOKENS
+    stop = cases["prose-stop"]
+    assert "return" not in stop["text"] and (stop["finish_reason"] == "stop" or len(stop["output_ids"]) == MAX_TOKENS)
 
 
-def counter_deltas(server_json: dict[str, Any], level: str) -> dict[str, float | None]:
-    """`llamacpp:spec_decode_*` deltas over the measured window, from the run's server.json."""
-    before = snapshot_from_json(server_json[level]["before"])
-    after = snapshot_from_json(server_json[level]["after"])
-    names = ("drafts", "draft_tokens", "accepted_tokens")
-    return {n: delta(before, after, f"llamacpp:spec_decode_num_{n}_total") for n in names}
-
-
-def test_draft_speculation_is_token_exact_and_bit_exact_is_refused_for_draft_positions(
-        serve, work, baseline, profile_for, capsys):
-    s = serve(speculation="draft")
-    bit = profile_for("draft-bit", s, baseline=baseline["path"], tier="bit-exact")
-    assert main(["check", str(bit)]) == 10
-    out = capsys.readouterr().out
+def test_bit_exact_is_refused_under_draft_speculation_for_want_of_real_logprobs(draft, baseline, profile_for, work):
+    code, out = cli("check", str(profile_for("draft-bit", draft, baseline=baseline["path"], tier="bit-exact")))
     r = load_json(work / "out" / "draft-bit" / "exactness.json")
-    assert r["speculation"]["required"] and r["speculation"]["ran"]
-    assert r["speculation"]["counter_drafts_delta"] > 0
+    assert code == 10 and r["speculation"]["ran"] and r["speculation"]["counter_drafts_delta"] > 0
     assert r["positions"]["placeholders"] > 0 and r["positions"]["ids_only"] > 0
-    # the ids are the baseline's everywhere; what fails is the claim on logprobs
+    # every id is the baseline's; what fails is the claim on logprobs
     assert all(n["first_divergence"] is None for n in r["non_identical"])
     assert any("no real logprob value" in (n["why"] or "") for n in r["non_identical"])
     assert "support no bit-exact claim" in out and "placeholder" in out
 
-    tok = profile_for("draft-token", s, baseline=baseline["path"], tier="token-exact")
-    code = main(["run", "-q", str(tok)])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "exactness check: PASSED" in out and "token-exact" in out
-    run = work / "out" / "draft-token"
-    r = load_json(run / "exactness.json")
-    assert r["passed"] and r["speculation"]["ran"] and r["positions"]["placeholders"] > 0
+
+def test_draft_speculation_passes_token_exact_and_is_proven(draft_run):
+    assert draft_run["code"] == 0, draft_run["out"]
+    assert "exactness check: PASSED" in draft_run["out"] and "contract: token-exact" in draft_run["out"]
+    r = load_json(draft_run["dir"] / "exactness.json")
+    assert r["passed"] and r["speculation"]["required"] and r["speculation"]["ran"]
+    assert r["speculation"]["requests_with_draft_activity"] > 0 and r["positions"]["placeholders"] > 0
+    assert all(n["verdict"] == "equivalent" and n["first_divergence"] is None for n in r["non_identical"])
+    assert draft_run["level"]["token_counts"]["ok"] and draft_run["level"]["token_counts"]["checked"] == MEASURED
+
+
+def test_acceptance_from_timings_matches_the_servers_counters(draft_run):
+    """Raw counts agree exactly; the lengths differ by definition: llama.cpp's `drafts` counts steps
+    that verified a draft, loadgate's per-request steps (completion_tokens - 1 - accepted) also count
+    the plain decode steps where the draft proposed nothing. At 1 slot and 1 in flight those are
+    exactly the target's decode calls after each prompt's, which `n_decode_total` counts."""
+    recs, d, per_req = draft_run["records"], draft_run["deltas"], draft_run["level"]["acceptance"]["per_request"]
+    assert len(recs) == MEASURED and all(r["spec"]["source"] == "llama.cpp timings" for r in recs)
+    drafted, accepted = sum(r["spec"]["draft_tokens"] for r in recs), sum(r["spec"]["accepted"] for r in recs)
+    assert (d["spec_decode_num_draft_tokens"], d["spec_decode_num_accepted_tokens"]) == (drafted, accepted) != (0, 0)
+    assert (per_req["draft_tokens"], per_req["accepted"]) == (drafted, accepted)
+    assert per_req["acceptance_rate"] == accepted / d["spec_decode_num_draft_tokens"]
+    assert per_req["verify_steps"] == d["n_decode"] - MEASURED >= d["spec_decode_num_drafts"] > 0
+    assert per_req["acceptance_length"] <= 1 + accepted / d["spec_decode_num_drafts"]
+
+
+@pytest.mark.xfail(strict=True, reason="loadgate.specdec.from_counters (and contamination) read only `vllm:` "
+                   "counter names; llama-server exports llamacpp:spec_decode_num_{drafts,draft_tokens,"
+                   "accepted_tokens}_total, so the run has no counter-side acceptance")
+def test_loadgate_reports_acceptance_from_llamacpp_counters(draft_run):
+    counters = draft_run["level"]["acceptance"]["counters"]
+    assert counters is not None and counters["accepted"] == draft_run["deltas"]["spec_decode_num_accepted_tokens"]
+
+
+def test_ngram_speculation_is_token_exact_and_proven(serve, baseline, profile_for, work):
+    s = serve(speculation="ngram")
+    code, out = cli("check", str(profile_for("ngram", s, baseline=baseline["path"])))
+    r = load_json(work / "out" / "ngram" / "exactness.json")
+    assert code == 0 and r["passed"] and r["speculation"]["ran"], out
     assert all(n["first_divergence"] is None for n in r["non_identical"])
-    assert_acceptance_reconciles(run)
 
 
-def assert_acceptance_reconciles(run: Path) -> dict[str, Any]:
-    """Per-request `timings` summed over the measured requests equal the server's counter deltas."""
-    recs = [r for r in read_records(run / "records.jsonl") if r.get("error") is None]
-    assert recs and all(r["spec"] and r["spec"]["source"] == "llama.cpp timings" for r in recs)
-    drafted = sum(r["spec"]["draft_tokens"] for r in recs)
-    accepted = sum(r["spec"]["accepted"] for r in recs)
-    d = counter_deltas(load_json(run / "server.json"), next(iter(load_json(run / "server.json"))))
-    assert d["draft_tokens"] == drafted and d["accepted_tokens"] == accepted
-    summary = load_json(run / "summary.json")
-    level = next(iter(summary["levels"].values()))
-    per_req = level["acceptance"]["per_request"]
-    assert per_req["accepted"] == accepted and per_req["draft_tokens"] == drafted
-    counters_len = 1 + d["accepted_tokens"] / d["drafts"]
-    return {"per_request": per_req["acceptance_length"], "counters": counters_len, "drafts": d["drafts"],
-            "accepted": accepted, "drafted": drafted, "summary_counters": level["acceptance"].get("counters")}
-
-
-def test_four_slots_at_four_in_flight_meet_the_contract_and_are_measured(serve, work, baseline, profile_for,
-                                                                         capsys):
+def test_four_slots_at_four_in_flight_are_token_exact_and_measured(serve, work, baseline, profile_for):
+    """Alone, a request on 4 slots is bit-exact; batched with others its logprobs move by some float32
+    ULPs (other matrix shapes) while its ids stay the baseline's: the tier met at 4 in flight is
+    token-exact, and bit-exact fails only on `equivalent` sequences of the concurrent scenario."""
     s = serve(slots=4)
-    p = profile_for("slots4", s, baseline=baseline["path"], tier="bit-exact",
-                      scenarios={"solo": True, "concurrent": 4}, concurrency=4)
-    code = main(["run", "-q", str(p)])
-    out = capsys.readouterr().out
+    scenarios = {"solo": True, "concurrent": 4}
+    code, _ = cli("check", str(profile_for("slots4-bit", s, baseline=baseline["path"], tier="bit-exact",
+                                           scenarios=scenarios)))
+    r = load_json(work / "out" / "slots4-bit" / "exactness.json")
+    assert code in (0, 10) and r["positions"]["ids_only"] == 0
+    assert all(n["scenario"] == "concurrent:4" and n["verdict"] == "equivalent" and n["first_divergence"] is None
+               for n in r["non_identical"])
+    p = profile_for("slots4", s, baseline=baseline["path"], scenarios=scenarios, concurrency=4)
+    code, out = cli("run", "-q", str(p))
     assert code == 0, out
     r = load_json(work / "out" / "slots4" / "exactness.json")
-    assert r["passed"] and set(r["verdicts"]) == {"identical"}
-    assert r["scenarios"]["concurrent:4"]["in_flight"] == 4 and r["positions"]["ids_only"] == 0
+    assert r["passed"] and set(r["verdicts"]) <= {"identical", "equivalent"}
+    assert r["scenarios"]["concurrent:4"]["in_flight"] == 4
     summary = load_json(work / "out" / "slots4" / "summary.json")
-    level = summary["levels"]["4"]
-    assert level["token_counts"]["ok"] and summary["valid"]
+    assert summary["valid"] and summary["levels"]["4"]["token_counts"]["checked"] == MEASURED
 
 
 def test_bf16_weights_diverge_where_the_plain_outputs_say_with_bundles_and_replay(
-        serve, work, corpus, baseline, profile_for, capsys):
+        serve, work, corpus, baseline, profile_for):
     s = serve(dtype="bf16")
     expected = {cid: first_divergence(baseline["ids"][cid], ids) for cid, ids in plain_ids(s, corpus).items()}
     diverging = {cid: k for cid, k in expected.items() if k is not None}
     assert diverging, "bf16 gave the f32 tokens on every case: the planted divergence is gone"
-    p = profile_for("bf16", s, baseline=baseline["path"], tier="token-exact")
-    assert main(["check", str(p)]) == 10
-    out = capsys.readouterr().out
+    code, out = cli("check", str(profile_for("bf16", s, baseline=baseline["path"])))
     r = load_json(work / "out" / "bf16" / "exactness.json")
-    reported = {n["case"]: n["first_divergence"] for n in r["non_identical"] if n["first_divergence"] is not None}
-    assert reported == diverging
+    assert code == 10 and not r["passed"]
+    assert {n["case"]: n["first_divergence"] for n in r["non_identical"] if n["first_divergence"] is not None} \
+        == diverging
     for n in r["non_identical"]:
         if n["first_divergence"] is not None:
-            k = n["first_divergence"]
-            assert n["baseline_token"] == baseline["ids"][n["case"]][k] and not n["passed"]
+            assert n["baseline_token"] == baseline["ids"][n["case"]][n["first_divergence"]] and not n["passed"]
             assert f"{n['baseline_token']} → {n['candidate_token']}" in out
     bundles = sorted((work / "out" / "bf16" / "divergences").glob("*.json"))
     assert len(bundles) == len(r["non_identical"])
     case, k = sorted(diverging.items())[0]
-    bundle = next(b for b in bundles if f"-{case}-" in b.name)
-    assert main(["replay", str(bundle), "--times", "2"]) == 10
-    assert capsys.readouterr().out.count(f"diverges at token {k}") == 2
+    code, out = cli("replay", str(next(b for b in bundles if f"-{case}-" in b.name)), "--times", "2")
+    assert code == 10 and out.count(f"diverges at token {k} ") == 2
 
 
-def test_fingerprint_reads_props_and_changes_with_the_slot_count(serve, work, profile_for, capsys):
+def test_fingerprint_reads_props_and_changes_with_the_slot_count(serve, work, profile_for):
     one = serve(slots=1)
     p1 = profile_for("fp1", one)
-    assert main(["fingerprint", str(p1)]) == 0
-    doc = orjson.loads(capsys.readouterr().out)
-    props = post_get(one.url + "/props")
-    engine = doc["fingerprint"]["engine"]
-    assert engine["props"]["build_info"] == props["build_info"] and engine["props"]["total_slots"] == 1
+    code, out = cli("fingerprint", str(p1))
+    doc = orjson.loads(out)
+    props, engine = get_json(one.url + "/props"), doc["fingerprint"]["engine"]
+    assert code == 0 and engine["props"]["build_info"] == props["build_info"] and engine["props"]["total_slots"] == 1
     assert engine["props"]["chat_template_sha256"] == hashlib.sha256(props["chat_template"].encode()).hexdigest()
+    # responses' system_fingerprint is the build_info the fingerprint holds
+    answer = post(one.url + "/v1/completions", {"prompt": "The", "max_tokens": 1, "temperature": 0})
+    assert answer["system_fingerprint"] == engine["props"]["build_info"]
     assert doc["fingerprint"]["declared"]["model_sha256"] == llama.sha256_file(one.info["config"].model)
     saved = work / "fp1.json"
     saved.write_bytes(orjson.dumps(doc))
-    assert main(["fingerprint", str(p1), "--against", str(saved)]) == 0
-    assert "identical fingerprints" in capsys.readouterr().out
-    four = serve(slots=4)
-    p4 = profile_for("fp4", four)
-    assert main(["fingerprint", str(p4), "--against", str(saved)]) == 0
-    out = capsys.readouterr().out
-    assert "engine.props.total_slots: 1 -> 4" in out and "declared.slots: '1' -> '4'" in out
+    assert "identical fingerprints" in cli("fingerprint", str(p1), "--against", str(saved))[1]
+    code, out = cli("fingerprint", str(profile_for("fp4", serve(slots=4))), "--against", str(saved))
+    assert code == 0 and "engine.props.total_slots: 1 -> 4" in out and "declared.slots: '1' -> '4'" in out
 
 
-def post_get(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return orjson.loads(r.read())  # type: ignore[no-any-return]
-
-
-def send(url: str, api: str, req: Any) -> Any:
+def send(url: str, api: str, req: GenRequest) -> Decoded:
     """One request through loadgate's own transport and adapter; the decoded response."""
     from loadgate.attack import Target, TargetSpec, decode, fetch, make_session
     from loadgate.runner import run_async
 
-    async def go() -> Any:
+    async def go() -> Decoded:
         async with make_session() as session:
             t = Target(TargetSpec(url, api, "tiny", 120.0, stream=req.stream), session)
             try:
@@ -309,32 +328,72 @@ def send(url: str, api: str, req: Any) -> Any:
     return run_async(go())
 
 
-def gen(case: Any, stream: bool, logprobs: int | None = 2) -> Any:
-    from loadgate.engines.base import GenRequest
-
+def gen(case: Case, stream: bool) -> GenRequest:
     return GenRequest(max_tokens=case.max_tokens, prompt_text=case.prompt, ignore_eos=False, stop=case.stop,
-                      logprobs=logprobs, stream=stream)
+                      logprobs=2, stream=stream)
 
 
-def test_native_stream_and_body_decode_to_the_same_ids_timings_and_placeholders(serve, corpus):
-    s = serve(speculation="draft")
-    plain = plain_ids(s, corpus)
+def test_native_stream_and_body_decode_to_the_same_ids_timings_and_placeholders(draft, corpus):
+    plain = plain_ids(draft, corpus)
     placeholders = 0
     for c in corpus.cases:
-        ds, db = send(s.url, "llamacpp", gen(c, True)), send(s.url, "llamacpp", gen(c, False))
+        ds, db = send(draft.url, "llamacpp", gen(c, True)), send(draft.url, "llamacpp", gen(c, False))
         assert ds.error is None and db.error is None
         assert ds.output_ids == db.output_ids == plain[c.id], c.id
-        assert ds.token_source == "ids" and sum(ch.n_tokens for ch in ds.chunks) == len(ds.output_ids)
-        assert [i for ch in ds.chunks for i in ch.ids] == ds.output_ids
+        assert ds.token_source == "ids" and [i for ch in ds.chunks for i in ch.ids or []] == ds.output_ids
         assert ds.completion_tokens == db.completion_tokens == len(plain[c.id])
         assert ds.finish_reason == db.finish_reason and ds.finish_reason in ("stop", "length")
-        assert ds.spec is not None and db.spec is not None and ds.spec.source == "llama.cpp timings"
-        assert (ds.spec.draft_tokens, ds.spec.accepted) == (db.spec.draft_tokens, db.spec.accepted)
-        # placeholders: missing probabilities in the stream, 0.0 with an empty top list in the body
-        assert ds.placeholder_positions == db.placeholder_positions
+        # `timings.draft_n` is absent when nothing was drafted (a one-token answer)
+        assert (ds.spec is None) == (db.spec is None) == (len(ds.output_ids) == 1)
+        if ds.spec is not None and db.spec is not None:
+            assert ds.spec.source == "llama.cpp timings" and ds.spec.draft_tokens > 0
+            assert (ds.spec.draft_tokens, ds.spec.accepted) == (db.spec.draft_tokens, db.spec.accepted)
+        # placeholders: probabilities missing in the stream, 0.0 with an empty top list in the body
+        assert ds.placeholder_positions == db.placeholder_positions and 0 not in ds.placeholder_positions
         real = [k for k in range(len(ds.output_ids)) if k not in set(ds.placeholder_positions)]
         assert [ds.logprobs[k] for k in real] == [db.logprobs[k] for k in real]
         assert all(ds.logprobs[k] is None and ds.top_logprobs[k] == [] for k in ds.placeholder_positions)
-        assert 0 in real  # the first token comes from the prompt's forward pass: always a real value
         placeholders += len(ds.placeholder_positions)
     assert placeholders > 0
+
+
+def test_v1_completions_answers_the_native_text_finish_reason_and_build(draft, corpus):
+    build = get_json(draft.url + "/props")["build_info"]
+    for c in corpus.cases:
+        for stream in (True, False):  # a stream drops text held back as a possible stop string at the end
+            native, d = send(draft.url, "llamacpp", gen(c, stream)), send(draft.url, "openai-completions", gen(c, stream))
+            assert d.error is None and d.text == native.text, (stream, c.id)
+            assert d.finish_reason == native.finish_reason and d.completion_tokens == len(native.output_ids)
+            assert d.system_fingerprint == build
+    chat = [send(draft.url, "openai-chat", gen(corpus.cases[0], stream)) for stream in (True, False)]
+    assert chat[0].text == chat[1].text and chat[0].completion_tokens == chat[1].completion_tokens > 0
+
+
+V1_IDS = ("loadgate's OpenAI adapters find no token ids in llama-server's /v1 answers (no `token_ids`; "
+          "`__verbose.tokens` with `verbose: true` has them), so output_ids is None and the check compares "
+          "empty sequences")
+
+
+@pytest.mark.xfail(strict=True, reason=V1_IDS)
+@pytest.mark.parametrize("api", ["openai-completions", "openai-chat"])
+def test_v1_routes_give_loadgate_the_token_ids(draft, corpus, api):
+    d = send(draft.url, api, gen(corpus.cases[0], True))
+    assert d.error is None and d.output_ids is not None and len(d.output_ids) == d.completion_tokens
+
+
+@pytest.mark.xfail(strict=True, reason="the final /v1/completions event carries finish_reason and usage but no "
+                   "text; its usage.completion_tokens is counted as one more chunk of that many tokens")
+def test_v1_completions_stream_token_counts_add_up(draft, corpus):
+    d = send(draft.url, "openai-completions", gen(corpus.cases[0], True))
+    assert d.completion_tokens and sum(ch.n_tokens for ch in d.chunks) == d.completion_tokens
+
+
+@pytest.mark.xfail(strict=True, reason=V1_IDS + ": bf16 passes with 0 positions compared")
+def test_the_gate_through_v1_completions_catches_the_bf16_divergence(serve, work, profile_for):
+    f32 = serve()
+    code, out = cli("baseline", str(profile_for("v1-baseline", f32, api="openai-completions")),
+                    "--out", str(work / "v1-baselines"))
+    assert code == 0, out
+    bf16 = serve(dtype="bf16")
+    p = profile_for("v1-bf16", bf16, api="openai-completions", baseline=Path(out.strip().splitlines()[-1]))
+    assert cli("check", str(p))[0] == 10
