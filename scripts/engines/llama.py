@@ -12,7 +12,8 @@ does not report about itself, such as the weight file hashes and the speculation
 Manual use:
     python scripts/engines/llama.py serve --model target-f32.gguf --dtype f32 --slots 4 \
         --spec draft --draft draft-f32.gguf
-prints the URL and the declared fields as JSON, and serves until interrupted.
+prints the URL and the declared fields as JSON, and serves until interrupted (SIGINT or SIGTERM,
+which stop the server too).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -142,6 +144,10 @@ def start(config: LlamaConfig, **kw: object) -> Server:
     return server(config, **kw).start()  # type: ignore[arg-type]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="serve one llama-server configuration until interrupted")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -154,6 +160,9 @@ def _main(argv: list[str] | None = None) -> int:
     s.add_argument("--n-max", type=int, default=4)
     args = ap.parse_args(argv)
     cfg = LlamaConfig(args.model, args.dtype, args.slots, args.spec, args.draft, args.n_max)
+    # SIGTERM (and SIGINT, which background jobs ignore) end the loop below, so the server is stopped
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     with server(cfg) as srv:
         print(json.dumps({"url": srv.url, "pid": srv.pid, "log": str(srv.log_path),
                           "declared": srv.info["declared"]}, indent=2), flush=True)
