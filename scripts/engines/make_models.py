@@ -226,7 +226,7 @@ def make_model(name: str, spec: dict[str, Any], blocks: Any, tok: Any, out: Path
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(round(float(loss), 4))
+        losses.append(round(float(loss.detach()), 4))
     model.eval()
     model.generation_config = GenerationConfig(bos_token_id=eos, eos_token_id=[eos, end], pad_token_id=eos,
                                                do_sample=False)

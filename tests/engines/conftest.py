@@ -5,7 +5,7 @@
   ``target_f32_gguf``, ``target_bf16_gguf``, ``draft_f32_gguf``, ``draft_bf16_gguf``), as Paths.
   Skips with the command to run when the vLLM venv or the models are missing.
 - ``engine_logs`` (session): a folder for server logs (kept under the cache, printed on failure).
-- ``small_corpus`` (session): an 8-case JSONL corpus (6 completions, 2 chats, max_tokens <= 32)
+- ``small_corpus`` (session): a 9-case JSONL corpus (7 completions, 2 chats, max_tokens <= 32)
   that fits the tiny models' 2048-token context; the same bytes every run.
 - ``write_profile`` / ``profile_factory``: write a loadgate profile YAML for a real endpoint
   (:func:`profile_file`), bound to the test's ``tmp_path`` or taking the folder first.
@@ -55,11 +55,13 @@ SMALL_CORPUS: list[dict[str, Any]] = [
     {"id": "prose-story", "kind": "completion", "max_tokens": 32, "tags": ["prose"],
      "prompt": "Once upon a time, in a small village by the sea, there lived"},
     {"id": "code-def", "kind": "completion", "max_tokens": 32, "tags": ["code"],
-     "prompt": "def load_cache(data, limit):\n    \"\"\"Load the cache from data.\"\"\"\n"},
-    {"id": "code-class", "kind": "completion", "max_tokens": 32, "tags": ["code"],
-     "prompt": "class TokenQueue:\n    def __init__(self, size):\n        self.size = size\n\n"},
-    {"id": "code-loop", "kind": "completion", "max_tokens": 24, "tags": ["code"],
-     "prompt": "    for i in range(count):\n        total += i * 2\n    for i in range(count):\n"},
+     "prompt": "def load_cache(data, limit):"},
+    {"id": "code-method", "kind": "completion", "max_tokens": 32, "tags": ["code"],
+     "prompt": "class TokenQueue:\n    def __init__(self, size):\n        self.size = size\n\n    def"},
+    {"id": "code-branch", "kind": "completion", "max_tokens": 32, "tags": ["code", "stops-early"],
+     "prompt": "def merge_index(tu, value):\n    result = tu + value\n    if result"},
+    {"id": "code-loop", "kind": "completion", "max_tokens": 24, "tags": ["code", "stops-early"],
+     "prompt": "    for i in range(count):\n        total"},
     {"id": "unicode", "kind": "completion", "max_tokens": 16, "tags": ["unicode"],
      "prompt": "Les élèves ont écrit : « Le matin, la rivière"},
     {"id": "chat-one", "kind": "chat", "max_tokens": 24, "tags": ["chat"],
@@ -106,7 +108,7 @@ def engine_logs() -> Path:
 
 @pytest.fixture(scope="session")
 def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The 8-case corpus as a JSONL file (same bytes, so the same corpus hash, every time)."""
+    """The small corpus as a JSONL file (same bytes, so the same corpus hash, every time)."""
     path = tmp_path_factory.mktemp("corpus") / "small.jsonl"
     path.write_text("".join(json.dumps(c, ensure_ascii=False, sort_keys=True) + "\n" for c in SMALL_CORPUS))
     return path

@@ -24,7 +24,7 @@ import pytest
 from loadgate.cli import main
 from loadgate.jsonutil import load_json
 
-from .conftest import load_script
+from .conftest import SMALL_CORPUS, load_script
 
 pytestmark = pytest.mark.engine
 vllm_engine = load_script("vllm", "vllm_engine")
@@ -116,7 +116,7 @@ def direct(srv: Any, case: dict[str, Any]) -> tuple[list[int], list[float]]:
 def test_baseline_holds_ids_and_logprobs_from_both_routes_equal_to_plain_requests(servers, baseline_file, engine_logs):
     doc = load_json(baseline_file)
     cases = doc["cases"]
-    assert len(cases) == 8
+    assert len(cases) == len(SMALL_CORPUS)
     routes = {c["route"] for c in cases.values()}
     assert any(r.endswith("/v1/completions") for r in routes) and any(r.endswith("/chat/completions") for r in routes)
     srv = servers.get("plain")
