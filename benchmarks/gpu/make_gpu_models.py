@@ -80,7 +80,7 @@ def main() -> None:
     sizes = {k: {**v, "num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128, "steps": 2}
              for k, v in SIZES.items()} if a.smoke else SIZES
     t0 = time.monotonic()
-    docs = mm.make_corpus(mm.PARAMS["seed"], mm.PARAMS["corpus_docs"] // (8 if a.smoke else 1) * 2)
+    docs = mm.make_corpus(mm.PARAMS["seed"], mm.PARAMS["corpus_docs"] // (8 if a.smoke else 1), mm.PARAMS["lexicon"])
     tok = mm.make_tokenizer(docs, a.out / "tokenizer", mm.PARAMS["vocab_size"])
     blocks = mm.token_blocks(docs, tok, SEQ)
     report: dict[str, Any] = {"tokenizer_s": round(time.monotonic() - t0, 1), "blocks": int(blocks.shape[0])}

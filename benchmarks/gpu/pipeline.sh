@@ -16,14 +16,16 @@ mkdir -p "$W"
 ROOT=$(pwd)
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+trap 'rc=$?; [ -f "$W/DONE" ] || echo "failed (exit $rc)" > "$W/FAILED"' EXIT   # pollers stop on either
+rm -f "$W/DONE" "$W/FAILED"
 
 stamp "wheels"
 python3 -m pip install --quiet --no-index --find-links .gpu/wheels orjson gguf
 stamp "source"
-rm -rf "$W/llama.cpp" && tar -xzf .gpu/llama-cpp-src.tar.gz -C "$W"
+[ -f "$W/BUILD_OK" ] || { rm -rf "$W/llama.cpp" && tar -xzf .gpu/llama-cpp-src.tar.gz -C "$W"; }
 
-stamp "build (background)"
-(
+stamp "build (background; kept from an earlier run on this machine when present)"
+[ -f "$W/BUILD_OK" ] || (
   cmake -S "$W/llama.cpp" -B "$W/build" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DCMAKE_BUILD_TYPE=Release > "$W/cmake.log" 2>&1 &&
@@ -32,7 +34,7 @@ stamp "build (background)"
 build=$!
 
 stamp "models"
-python3 benchmarks/gpu/make_gpu_models.py --out "$W/models" --vendor "$W/llama.cpp" > "$W/models.log" 2>&1
+[ -f "$W/models/models.json" ] || python3 benchmarks/gpu/make_gpu_models.py --out "$W/models" --vendor "$W/llama.cpp" > "$W/models.log" 2>&1
 stamp "models done: $(tail -c 400 "$W/models.log")"
 
 wait $build || true

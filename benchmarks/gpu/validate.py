@@ -153,8 +153,8 @@ def main() -> None:
                           "scenarios": scen}
                     run_id = f"{name}-performance"
                     p = profile(work / f"{run_id}.yaml", cand.url, decl, ex, ab_url=base.url, ab_decl=base_decl,
-                                out=work / "runs", name=run_id, requests=24 if a.quick else 64,
-                                osl=32 if a.quick else 128)
+                                out=work / "runs", name=run_id, requests=24 if a.quick else 32,
+                                osl=32 if a.quick else 96)
                     r["performance"] = {"exit": loadgate("run", "-q", str(p), log=logs / f"{run_id}.txt")}
                     comp = work / "runs" / run_id / "comparison.json"
                     if comp.exists():
