@@ -90,7 +90,7 @@ def write_profile(work: Path, name: str, url: str, declared: dict[str, str], arg
         "target": {"endpoint": url, "api": "openai-completions", "declared": declared},
         "workload": {"requests": args.requests, "input_len": {"dist": "fixed", "value": args.input_len},
                      "output_len": {"dist": "fixed", "value": args.output_len}},
-        "load": {"concurrency": args.concurrency, "warmup_requests": 0},
+        "load": {"concurrency": args.concurrency, "warmup_requests": args.warmup},
         "exactness": {"corpus": str(corpus), "scenarios": {"solo": True}, "contract": {"tier": "bit-exact"}},
         # the server shares the client's two cores: client health says nothing about loadgate here
         "health": {"loop_lag_p99_ms": 1000.0, "gc_pause_max_ms": 1000.0, "cpu_max": 1.0},
@@ -103,11 +103,17 @@ def write_profile(work: Path, name: str, url: str, declared: dict[str, str], arg
     return path
 
 
+def pin(args: argparse.Namespace) -> list[str]:
+    """`taskset -c CPUS` for the client when asked (both tools get the same cores)."""
+    return ["taskset", "-c", args.client_cpus] if args.client_cpus else []
+
+
 def run_loadgate(work: Path, k: int, url: str, declared: dict[str, str], args: argparse.Namespace,
                  baseline: str) -> dict[str, float]:
     name = f"loadgate-{k}"
     p = write_profile(work, name, url, declared, args, baseline)
-    out = subprocess.run([sys.executable, "-m", "loadgate", "run", "-q", str(p)], capture_output=True, text=True)
+    out = subprocess.run([*pin(args), sys.executable, "-m", "loadgate", "run", "-q", str(p)], capture_output=True,
+                         text=True)
     if out.returncode != 0:
         raise SystemExit(f"loadgate run exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     summary = json.loads((work / "out" / name / "summary.json").read_text())
@@ -118,13 +124,13 @@ def run_loadgate(work: Path, k: int, url: str, declared: dict[str, str], args: a
 
 def run_vllm_bench(vpy: Path, work: Path, k: int, url: str, tokenizer: str, args: argparse.Namespace) -> dict[str, float]:
     name = f"vllm-{k}.json"
-    cmd = [str(vpy), "-c", BENCH_WRAPPER, "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
+    cmd = [*pin(args), str(vpy), "-c", BENCH_WRAPPER, "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
            "--model", "tiny", "--tokenizer", tokenizer, "--dataset-name", "random",
            "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
            "--random-range-ratio", "0", "--num-prompts", str(args.requests), "--max-concurrency",
            str(args.concurrency), "--request-rate", "inf", "--ignore-eos", "--seed", str(k),
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-           "--save-result", "--result-dir", str(work), "--result-filename", name]
+           "--num-warmups", str(args.warmup), "--save-result", "--result-dir", str(work), "--result-filename", name]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=work,
                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     if out.returncode != 0:
@@ -141,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--warmup", type=int, default=4, help="warmup requests before each run (both tools)")
+    ap.add_argument("--client-cpus", default="", help="pin both clients to these CPUs (taskset -c), e.g. 1")
     ap.add_argument("--url", help="an already running server (default: start the plain float32 variant)")
     args = ap.parse_args(argv)
     vllm = load_vllm_helper()
