@@ -137,6 +137,12 @@ class _OpenAIBase:
                     n, source = len(ids), "ids"
                     d.output_ids.extend(ids)  # type: ignore[union-attr]
                     saw_ids = True
+                elif not piece and not lps:
+                    # an event with no text: only tokens the usage says were not yet counted (e.g.
+                    # llama-server's final /v1 event repeats the whole count after one-token chunks)
+                    counted = sum(c.n_tokens for c in d.chunks)
+                    n = max(0, (d.completion_tokens or 0) - counted) if usage_delta is not None else 0
+                    source = "usage"
                 else:
                     if usage_delta is not None:
                         n, source = usage_delta, "usage"

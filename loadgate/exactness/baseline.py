@@ -80,6 +80,11 @@ class Baseline:
 def build(observed: list[Observed], *, name: str, fingerprint: dict[str, Any], fingerprint_hash: str,
           corpus_sha256: str, corpus_path: str) -> Baseline:
     failed = [o.case_id for o in observed if o.decoded.error is not None]
+    no_ids = [o.case_id for o in observed if o.decoded.error is None and o.decoded.output_ids is None
+              and o.decoded.text]
+    if no_ids:
+        raise UsageError(f"baseline not written: the engine returned text but no token ids for {len(no_ids)} "
+                         f"case(s) (first: {no_ids[0]}); use a route that returns ids (e.g. api: llamacpp)")
     if failed:
         raise UsageError(f"baseline not written: {len(failed)} case(s) failed on the baseline engine "
                          f"(first: {failed[0]}); a baseline must be complete")

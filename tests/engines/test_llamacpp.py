@@ -381,8 +381,6 @@ def test_v1_routes_give_loadgate_the_token_ids(draft, corpus, api):
     assert d.error is None and d.output_ids is not None and len(d.output_ids) == d.completion_tokens
 
 
-@pytest.mark.xfail(strict=True, reason="the final /v1/completions event carries finish_reason and usage but no "
-                   "text; its usage.completion_tokens is counted as one more chunk of that many tokens")
 def test_v1_completions_stream_token_counts_add_up(draft, corpus):
     d = send(draft.url, "openai-completions", gen(corpus.cases[0], True))
     assert d.completion_tokens and sum(ch.n_tokens for ch in d.chunks) == d.completion_tokens
