@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 from loadgate.sim.config import SimConfig, knob
 
-API = Literal["openai-completions", "openai-chat", "sglang", "llamacpp"]
+API = Literal["openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-completions",
+              "llamacpp-openai-chat"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ class Target:
 
     endpoint: str = knob("embedded", "'embedded' (in-process simulator) or the engine's base URL, "
                          "e.g. http://127.0.0.1:8000")
-    api: API = knob("openai-completions", "HTTP API used for generation")
+    api: API = knob("openai-completions", "HTTP API used for generation: openai-* as vLLM/SGLang serve it, "
+                           "llamacpp (llama-server /completion) or llamacpp-openai-* (its /v1 routes)")
     model: str | None = knob(None, "model name sent in requests; default: the first of /v1/models")
     sim: SimConfig = field(default_factory=SimConfig,
                            metadata={"help": "simulator settings (only with endpoint: embedded)"})

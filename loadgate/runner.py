@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from loadgate import __version__
 from loadgate.attack import TargetSpec, make_session
+from loadgate.engines import CHAT_APIS
 from loadgate.errors import (
     EngineError,
     ExactnessNotEstablished,
@@ -135,7 +136,7 @@ async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, m
                   progress: bool, extra_meta: dict[str, Any] | None = None) -> None:
     """The performance phase: warmup, then each load level with counters scraped at the measured
     window's boundaries; writes meta.json, records.jsonl, server.json and health.json."""
-    need_text = profile.target.api == "openai-chat"
+    need_text = profile.target.api in CHAT_APIS
     tp = (local_pool(profile.workload.tokenizer, need_text) if profile.workload.tokenizer
           else await server_pool(session, base, model, need_text, profile.target.api))
     pool = list(tp.ids)

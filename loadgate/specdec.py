@@ -16,13 +16,21 @@ Sources
      it is kept as reported, never mixed in;
    - llama.cpp `timings`: accepted = `draft_n_accepted`; it gives no step count, so verify steps
      = completion_tokens - 1 - accepted (each step emits exactly one non-draft token).
-2. Prometheus counter deltas over the measured window (vLLM names): 1 + Δaccepted / Δdrafts,
-   acceptance rate = Δaccepted / Δdraft_tokens, and per-position acceptance from
-   `…num_accepted_tokens_per_pos_total{position}` / Δdrafts.
+2. Prometheus counter deltas over the measured window: 1 + Δaccepted / Δdrafts, acceptance rate
+   = Δaccepted / Δdraft_tokens.
+   - vLLM `vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`: a draft is one
+     verify step, so the length has the per-request definition; per-position acceptance from
+     `…num_accepted_tokens_per_pos_total{position}` / Δdrafts;
+   - llama.cpp `llamacpp:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`: `drafts`
+     counts only the steps that verified a draft; a step where the draft proposed nothing is
+     not counted, so 1 + Δaccepted / Δdrafts is the length *per drafting step*, >= the
+     per-request figure. What both sides count alike are tokens: accepted and drafted.
 
-The two must agree when the server saw only loadgate's measured traffic; the **contamination
-check** proves that: the server's Δ successful requests and Δ generation tokens must equal the
-client's own totals for the window.
+The two sources are reconciled on what they define alike (vLLM: the acceptance length; llama.cpp:
+the accepted and drafted token counts), and must agree when the server saw only loadgate's
+measured traffic; the **contamination check** proves that: the server's Δ successful requests
+(vLLM) and Δ generation tokens (`vllm:generation_tokens_total`, `llamacpp:tokens_predicted_total`)
+must equal the client's own totals for the window.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 from loadgate.servermetrics import Snapshot, delta
 
 P = "vllm:"
+LLAMA = "llamacpp:"
 
 
 def per_request_steps(r: dict[str, Any]) -> tuple[int, int] | None:
@@ -71,20 +80,28 @@ def from_records(records: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def from_counters(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
-    drafts = delta(before, after, P + "spec_decode_num_drafts_total")
-    if drafts is None:
+    for prefix in (P, LLAMA):
+        drafts = delta(before, after, prefix + "spec_decode_num_drafts_total")
+        if drafts is not None:
+            break
+    else:
         return None
-    acc = delta(before, after, P + "spec_decode_num_accepted_tokens_total") or 0.0
-    dtok = delta(before, after, P + "spec_decode_num_draft_tokens_total")
-    pos_after = after.by_label(P + "spec_decode_num_accepted_tokens_per_pos_total", "position")
-    pos_before = before.by_label(P + "spec_decode_num_accepted_tokens_per_pos_total", "position")
+    acc = delta(before, after, prefix + "spec_decode_num_accepted_tokens_total") or 0.0
+    dtok = delta(before, after, prefix + "spec_decode_num_draft_tokens_total")
+    pos_after = after.by_label(prefix + "spec_decode_num_accepted_tokens_per_pos_total", "position")
+    pos_before = before.by_label(prefix + "spec_decode_num_accepted_tokens_per_pos_total", "position")
     per_pos = {k: (v - pos_before.get(k, 0.0)) / drafts for k, v in pos_after.items()} if drafts else {}
+    llama = prefix == LLAMA
     return {
-        "source": "prometheus counter deltas", "drafts": drafts, "accepted": acc, "draft_tokens": dtok,
+        "source": "prometheus counter deltas", "engine": prefix.rstrip(":"), "drafts": drafts, "accepted": acc,
+        "draft_tokens": dtok,
         "acceptance_length": 1 + acc / drafts if drafts else None,
         "acceptance_rate": acc / dtok if dtok else None,
         "per_position_acceptance": dict(sorted(per_pos.items(), key=lambda kv: int(kv[0]))),
-        "formula": "1 + Δ num_accepted_tokens_total / Δ num_drafts_total",
+        "formula": "1 + Δ num_accepted_tokens_total / Δ num_drafts_total"
+                   + (" (llama.cpp counts only steps that verified a draft: per drafting step)" if llama else ""),
+        # does Δdrafts count every verify step (the per-request definition)?
+        "drafts_are_verify_steps": not llama,
     }
 
 
@@ -95,6 +112,8 @@ def contamination(before: Snapshot, after: Snapshot, records: list[dict[str, Any
         for reason in ("abort", "error"):
             d_req -= delta(before, after, P + "request_success_total", finished_reason=reason) or 0.0
     d_gen = delta(before, after, P + "generation_tokens_total")
+    if d_gen is None:
+        d_gen = delta(before, after, LLAMA + "tokens_predicted_total")
     if d_req is None and d_gen is None:
         return None
     ok = [r for r in records if r.get("error") is None]
@@ -111,8 +130,19 @@ def contamination(before: Snapshot, after: Snapshot, records: list[dict[str, Any
 
 
 def reconcile(resp: dict[str, Any] | None, counters: dict[str, Any] | None, tol: float = 0.01) -> dict[str, Any] | None:
-    if not resp or not counters or resp.get("acceptance_length") is None or counters.get("acceptance_length") is None:
+    """Compare the two sources on what they define alike: the acceptance length when the counters'
+    drafts are verify steps (vLLM), else the accepted and drafted token counts (llama.cpp)."""
+    if not resp or not counters:
         return None
-    a, b = resp["acceptance_length"], counters["acceptance_length"]
-    rel = abs(a - b) / b if b else float("inf")
-    return {"per_request": a, "counters": b, "relative_difference": rel, "agree": rel <= tol, "tolerance": tol}
+    if counters.get("drafts_are_verify_steps", True):
+        pairs = {"acceptance_length": (resp.get("acceptance_length"), counters.get("acceptance_length"))}
+    else:
+        pairs = {"accepted": (resp.get("accepted"), counters.get("accepted")),
+                 "draft_tokens": (resp.get("draft_tokens"), counters.get("draft_tokens"))}
+    if any(a is None or b is None for a, b in pairs.values()):
+        return None
+    rels = {k: (abs(a - b) / abs(b) if b else (0.0 if a == b else float("inf"))) for k, (a, b) in pairs.items()}
+    rel = max(rels.values())
+    return {"compared": sorted(pairs), "per_request": resp.get("acceptance_length"),
+            "counters": counters.get("acceptance_length"), "values": {k: list(v) for k, v in pairs.items()},
+            "relative_difference": rel, "agree": rel <= tol, "tolerance": tol}

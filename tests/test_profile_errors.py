@@ -68,7 +68,7 @@ CASES: dict[str, Case] = {
         8, "target.sim.speculative.acceptance[2]", "expected a number in [0, 1], got 1.5"),
     "api_not_in_literal": Case(
         "target:\n  api: grpc\n", 2, "target.api",
-        "expected one of 'openai-completions', 'openai-chat', 'sglang', 'llamacpp', got 'grpc'"),
+        "expected one of 'openai-completions', 'openai-chat', 'sglang', 'llamacpp', 'llamacpp-openai-completions', 'llamacpp-openai-chat', got 'grpc'"),
     "literal_typo_gets_suggestion": Case(
         "load:\n  rate: 2\n  arrival: posson\n", 3, "load.arrival", "(did you mean 'poisson'?)"),
     "uniform_without_max": Case(

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from loadgate.engines.base import EngineAdapter
 from loadgate.engines.llamacpp import LlamaCppCompletion
-from loadgate.engines.openai import OpenAIChat, OpenAICompletions
+from loadgate.engines.openai import (
+    LlamaCppOpenAIChat,
+    LlamaCppOpenAICompletions,
+    OpenAIChat,
+    OpenAICompletions,
+)
 from loadgate.engines.sglang import SGLangGenerate
 
 ADAPTERS: dict[str, type] = {
@@ -12,9 +17,17 @@ ADAPTERS: dict[str, type] = {
     "openai-chat": OpenAIChat,
     "sglang": SGLangGenerate,
     "llamacpp": LlamaCppCompletion,
+    "llamacpp-openai-completions": LlamaCppOpenAICompletions,
+    "llamacpp-openai-chat": LlamaCppOpenAIChat,
 }
+CHAT_APIS = frozenset({"openai-chat", "llamacpp-openai-chat"})
 
 
 def adapter_for(api: str) -> EngineAdapter:
     """The adapter for a profile's `target.api` value."""
     return ADAPTERS[api]()  # type: ignore[no-any-return]
+
+
+def chat_api_for(api: str) -> str:
+    """The chat route of the engine `api` talks to (chat cases of the reference corpus go there)."""
+    return "llamacpp-openai-chat" if api.startswith("llamacpp") else "openai-chat"

@@ -108,6 +108,7 @@ class EngineAdapter(Protocol):
 
     name: str
     path: str
+    ids_in_stream: bool  # a stream carries every output id (else exactness sends requests unstreamed)
 
     def build_body(self, req: GenRequest, model: str) -> dict[str, Any]: ...
 

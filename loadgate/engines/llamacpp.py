@@ -17,7 +17,7 @@ from typing import Any
 from loadgate.engines.base import Chunk, Decoded, GenRequest, SpecStats, iter_objects, load_payload
 
 
-def _spec(timings: dict[str, Any]) -> SpecStats | None:
+def llama_spec(timings: dict[str, Any]) -> SpecStats | None:
     if "draft_n" not in timings:
         return None
     return SpecStats(source="llama.cpp timings", draft_tokens=timings.get("draft_n"),
@@ -32,6 +32,7 @@ def _stop_reason(obj: dict[str, Any]) -> str | None:
 class LlamaCppCompletion:
     name = "llamacpp"
     path = "/completion"
+    ids_in_stream = True
 
     def build_body(self, req: GenRequest, model: str) -> dict[str, Any]:
         s = req.sampling
@@ -81,7 +82,7 @@ class LlamaCppCompletion:
                 d.finish_reason = _stop_reason(obj)
                 d.prompt_tokens = obj.get("tokens_evaluated")
                 d.completion_tokens = obj.get("tokens_predicted")
-                d.spec = _spec(obj.get("timings") or {})
+                d.spec = llama_spec(obj.get("timings") or {})
                 d.system_fingerprint = obj.get("system_fingerprint")
         d.text = "".join(text)
         if not want_probs:
@@ -95,7 +96,7 @@ class LlamaCppCompletion:
         toks = list(obj.get("tokens") or [])
         d = Decoded(token_source="ids", output_ids=toks, text=obj.get("content") or "",
                     finish_reason=_stop_reason(obj), prompt_tokens=obj.get("tokens_evaluated"),
-                    completion_tokens=obj.get("tokens_predicted"), spec=_spec(obj.get("timings") or {}),
+                    completion_tokens=obj.get("tokens_predicted"), spec=llama_spec(obj.get("timings") or {}),
                     system_fingerprint=obj.get("system_fingerprint"))
         if "completion_probabilities" in obj:
             d.logprobs, d.top_logprobs = [], []

@@ -40,6 +40,7 @@ def _lp_lists(meta: dict[str, Any]) -> tuple[list[Any], list[Any]]:
 class SGLangGenerate:
     name = "sglang"
     path = "/generate"
+    ids_in_stream = True
 
     def build_body(self, req: GenRequest, model: str) -> dict[str, Any]:
         s = req.sampling

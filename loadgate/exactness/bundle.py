@@ -48,7 +48,7 @@ def write_bundles(result: CheckResult, baseline: Baseline, out_dir: Path, *, fin
             "scenario": {"name": s.scenario, "in_flight_when_sent": s.in_flight, "send_order": s.order},
             "verdict": s.verdict, "meets_contract": s.passed, "why": s.why,
             "contract": result.contract.words(),
-            "route": s.observed.route, "request": s.observed.body,
+            "route": s.observed.route, "api": s.observed.extra.get("api"), "request": s.observed.body,
             "baseline": baseline.cases.get(s.case_id), "candidate": case_record(s.observed),
             "comparison": None if s.comparison is None else dataclasses.asdict(s.comparison),
             "fingerprints": {"candidate_hash": fingerprint_hash, "candidate": fingerprint,
@@ -73,7 +73,7 @@ async def replay(doc: dict[str, Any], endpoint: str | None, times: int) -> list[
     """Send the bundle's request `times` times, alone; compare each answer with its baseline."""
     u = urlsplit(doc["route"])
     path = u.path
-    api = ROUTE_API.get(path)
+    api = doc.get("api") or ROUTE_API.get(path)
     if api is None:
         raise UsageError(f"bundle route {doc['route']!r} is not a generation route loadgate knows")
     base = (endpoint or f"{u.scheme}://{u.netloc}").rstrip("/")

@@ -130,7 +130,7 @@ def judge(scenario: str, observed: list[Observed], baseline: Baseline, contract:
         if o.decoded.error is None and rec is not None and o.decoded.output_ids is None and o.decoded.text:
             out.append(SeqResult(scenario, o.case_id, o.order, o.in_flight, None, False,
                                  "the engine returned text but no token ids on this route: nothing to compare "
-                                 "(use a route that returns ids, e.g. api: llamacpp for llama-server)", None, o))
+                                 "(for llama-server use api llamacpp or llamacpp-openai-*, which ask it for ids)", None, o))
             continue
         if o.decoded.error is not None or rec is None:
             why = (f"request failed: {o.decoded.error.kind}: {o.decoded.error.detail}" if o.decoded.error

@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 
 from loadgate.attack import Target, TargetSpec, decode, fetch
+from loadgate.engines import chat_api_for
 from loadgate.engines.base import Decoded, GenRequest, Sampling
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.corpus import Case
@@ -49,7 +50,7 @@ class CaseSender:
     def __init__(self, spec: TargetSpec, session: aiohttp.ClientSession, *, logprobs: int, seed: int) -> None:
         self.spec = spec
         self.targets = {"completion": Target(spec, session),
-                        "chat": Target(TargetSpec(**{**spec.__dict__, "api": "openai-chat"}), session)}
+                        "chat": Target(TargetSpec(**{**spec.__dict__, "api": chat_api_for(spec.api)}), session)}
         self.logprobs, self.sampling = logprobs, Sampling(seed=seed)
         self.in_flight = 0
 
@@ -57,7 +58,7 @@ class CaseSender:
         t = self.targets[case.kind]
         g = GenRequest(max_tokens=case.max_tokens, prompt_text=case.prompt, messages=case.messages, tools=case.tools,
                        ignore_eos=False, stop=case.stop, logprobs=self.logprobs or None, sampling=self.sampling,
-                       stream=True)
+                       stream=t.adapter.ids_in_stream)
         return t.adapter.build_body(g, self.spec.model)
 
     async def count_tokens(self, case: Case) -> int:
@@ -67,7 +68,7 @@ class CaseSender:
         body: dict[str, Any] = {"model": self.spec.model}
         if case.kind == "chat":
             body.update(messages=list(case.messages or ()), add_generation_prompt=True)
-        elif self.spec.api == "llamacpp":
+        elif self.spec.api.startswith("llamacpp"):
             body = {"content": case.prompt or ""}
         else:
             body["prompt"] = case.prompt or ""
@@ -94,8 +95,8 @@ class CaseSender:
             raw = await fetch(t, orjson.dumps(body), request_id)
         finally:
             self.in_flight -= 1
-        d = decode(t.adapter, True, raw)
-        return Observed(case.id, body, t.url, d, order, in_flight, {"sent_ns": raw.start_ns})
+        d = decode(t.adapter, bool(body.get("stream", True)), raw)
+        return Observed(case.id, body, t.url, d, order, in_flight, {"sent_ns": raw.start_ns, "api": t.spec.api})
 
     async def send_all(self, cases: Sequence[Case], concurrency: int, tag: str) -> list[Observed]:
         """Send `cases` in order with `concurrency` requests in flight (closed loop)."""

@@ -50,8 +50,9 @@ def _acceptance_lines(a: dict[str, Any]) -> list[str]:
         rate = "" if ct["acceptance_rate"] is None else f", draft acceptance rate {ct['acceptance_rate']:.1%}"
         out.append(f"acceptance length {fmt(ct['acceptance_length'], 3)} from /metrics: {ct['formula']}{rate}")
     if rc:
+        on = " and ".join(k.replace("_", " ") for k in rc.get("compared", ["acceptance_length"]))
         out.append(("sources agree" if rc["agree"] else "SOURCES DISAGREE")
-                   + f" (relative difference {rc['relative_difference']:.2%}, tolerance {rc['tolerance']:.0%})")
+                   + f" on {on} (relative difference {rc['relative_difference']:.2%}, tolerance {rc['tolerance']:.0%})")
     return out
 
 

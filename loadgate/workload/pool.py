@@ -68,7 +68,7 @@ def local_pool(tokenizer_path: str, need_text: bool) -> TokenPool:
 
 def tokenize_body(api: str, model: str, text: str) -> dict[str, Any]:
     """vLLM and SGLang read `prompt`; llama-server reads `content` (and adds no special tokens)."""
-    if api == "llamacpp":
+    if api.startswith("llamacpp"):
         return {"content": text, "add_special": False}
     return {"model": model, "prompt": text, "add_special_tokens": False}
 

@@ -8,8 +8,9 @@ Configurations, on the project's tiny models (float32 GGUF unless said), greedy:
   slots4  4 slots with 4 requests in flight: ids exact, logprobs move by float32 ULPs (token-exact)
   bf16    bfloat16 weights: the planted real divergence (exit 10, first divergences, bundles, replay)
 First divergences are checked against indices computed here from plain `/completion` answers
-(`tokens`), and per-request `timings` against the server's `llamacpp:` counters. Tests marked
-xfail(strict) pin loadgate gaps found on the live server; each reason says what is missing.
+(`tokens`), and per-request `timings` against the server's `llamacpp:` counters. llama-server's
+/v1 routes are tested both as vLLM-style clients send them (`openai-*`: text, no ids) and
+through loadgate's llama-server flavour (`llamacpp-openai-*`: ids via `verbose`).
 Run with `python -m pytest -q -m engine`.
 """
 
@@ -231,12 +232,17 @@ def test_acceptance_from_timings_matches_the_servers_counters(draft_run):
     assert per_req["acceptance_length"] <= 1 + accepted / d["spec_decode_num_drafts"]
 
 
-@pytest.mark.xfail(strict=True, reason="loadgate.specdec.from_counters (and contamination) read only `vllm:` "
-                   "counter names; llama-server exports llamacpp:spec_decode_num_{drafts,draft_tokens,"
-                   "accepted_tokens}_total, so the run has no counter-side acceptance")
-def test_loadgate_reports_acceptance_from_llamacpp_counters(draft_run):
-    counters = draft_run["level"]["acceptance"]["counters"]
-    assert counters is not None and counters["accepted"] == draft_run["deltas"]["spec_decode_num_accepted_tokens"]
+def test_loadgate_reads_llamacpp_counters_reconciles_them_and_finds_the_window_clean(draft_run):
+    """The run's own summary: counter-side acceptance from `llamacpp:spec_decode_*`, reconciled with
+    the per-request `timings` on token counts, and Δ`tokens_predicted_total` = the client's tokens."""
+    a, d = draft_run["level"]["acceptance"], draft_run["deltas"]
+    counters, rc = a["counters"], a["reconciliation"]
+    assert counters["engine"] == "llamacpp" and counters["accepted"] == d["spec_decode_num_accepted_tokens"] > 0
+    assert counters["drafts"] == d["spec_decode_num_drafts"] and counters["draft_tokens"] == d["spec_decode_num_draft_tokens"]
+    assert rc["agree"] and rc["compared"] == ["accepted", "draft_tokens"] and rc["relative_difference"] == 0.0
+    cc = draft_run["level"]["contamination"]
+    assert cc["clean"] and cc["server_generation_tokens"] == cc["client_generation_tokens"] == MEASURED * 32
+    assert "sources agree on accepted and draft tokens" in draft_run["out"]
 
 
 def test_ngram_speculation_is_token_exact_and_proven(serve, baseline, profile_for, work):
@@ -369,16 +375,22 @@ def test_v1_completions_answers_the_native_text_finish_reason_and_build(draft, c
     assert chat[0].text == chat[1].text and chat[0].completion_tokens == chat[1].completion_tokens > 0
 
 
-V1_IDS = ("loadgate's OpenAI adapters find no token ids in llama-server's /v1 answers (no `token_ids`; "
-          "`__verbose.tokens` with `verbose: true` has them), so output_ids is None and the check compares "
-          "empty sequences")
+@pytest.mark.parametrize("api", ["llamacpp-openai-completions", "llamacpp-openai-chat"])
+def test_v1_routes_give_loadgate_the_token_ids_when_asked_with_verbose(draft, corpus, baseline, api):
+    """Through `verbose` + `return_tokens`: the /v1/completions stream carries the ids (the same as
+    the native route's); a chat stream carries none (said as None), its non-streamed body does."""
+    from loadgate.engines import adapter_for
 
-
-@pytest.mark.xfail(strict=True, reason=V1_IDS)
-@pytest.mark.parametrize("api", ["openai-completions", "openai-chat"])
-def test_v1_routes_give_loadgate_the_token_ids(draft, corpus, api):
-    d = send(draft.url, api, gen(corpus.cases[0], True))
-    assert d.error is None and d.output_ids is not None and len(d.output_ids) == d.completion_tokens
+    for stream in (True, False):
+        d = send(draft.url, api, gen(corpus.cases[0], stream))
+        assert d.error is None and d.spec is not None and d.spec.source == "llama.cpp timings"
+        if stream and not adapter_for(api).ids_in_stream:
+            assert d.output_ids is None and d.completion_tokens > 0
+            continue
+        assert d.output_ids is not None and len(d.output_ids) == d.completion_tokens, (api, stream)
+        assert len(d.logprobs) == len(d.output_ids) and d.placeholder_positions
+        if api == "llamacpp-openai-completions":
+            assert d.output_ids == baseline["ids"][corpus.cases[0].id]
 
 
 def test_v1_completions_stream_token_counts_add_up(draft, corpus):
@@ -386,12 +398,18 @@ def test_v1_completions_stream_token_counts_add_up(draft, corpus):
     assert d.completion_tokens and sum(ch.n_tokens for ch in d.chunks) == d.completion_tokens
 
 
-@pytest.mark.xfail(strict=True, reason=V1_IDS + ": bf16 passes with 0 positions compared")
-def test_the_gate_through_v1_completions_catches_the_bf16_divergence(serve, work, profile_for):
+def test_the_gate_through_v1_completions_catches_the_bf16_divergence(serve, work, corpus, profile_for, baseline):
     f32 = serve()
-    code, out = cli("baseline", str(profile_for("v1-baseline", f32, api="openai-completions")),
-                    "--out", str(work / "v1-baselines"))
+    api = "llamacpp-openai-completions"
+    code, out = cli("baseline", str(profile_for("v1-baseline", f32, api=api)), "--out", str(work / "v1-baselines"))
     assert code == 0, out
+    doc = load_json(Path(out.strip().splitlines()[-1]))
+    assert {cid: rec["output_ids"] for cid, rec in doc["cases"].items()} == baseline["ids"]  # the native route's
     bf16 = serve(dtype="bf16")
-    p = profile_for("v1-bf16", bf16, api="openai-completions", baseline=Path(out.strip().splitlines()[-1]))
-    assert cli("check", str(p))[0] == 10
+    expected = {cid: first_divergence(baseline["ids"][cid], ids) for cid, ids in plain_ids(bf16, corpus).items()}
+    p = profile_for("v1-bf16", bf16, api=api, baseline=Path(out.strip().splitlines()[-1]))
+    code, _ = cli("check", str(p))
+    r = load_json(work / "out" / "v1-bf16" / "exactness.json")
+    assert code == 10 and r["positions"]["compared"] > 0
+    assert {n["case"]: n["first_divergence"] for n in r["non_identical"] if n["first_divergence"] is not None} \
+        == {cid: k for cid, k in expected.items() if k is not None} != {}
