@@ -9,6 +9,15 @@ TPOT medians; the script prints every run, the median over runs for each tool, a
 
     python benchmarks/vllm_crosscheck.py [--rounds 3] [--requests 64] [--concurrency 4]
                                          [--input-len 128] [--output-len 64] [--url URL]
+                                         [--client-cpus CPUS] [--no-aiohttp]
+
+On a 2-core machine, give the server one core and the clients the other, or each tool's client
+slows the server it measures by a different amount (a heavier client, a slower server):
+
+    taskset -c 0 python scripts/engines/vllm.py plain &     # prints the URL when ready
+    python benchmarks/vllm_crosscheck.py --url URL --client-cpus 1 --rounds 5
+
+Results quoted in the README: docs/validation/vllm-crosscheck.txt.
 
 Needs `scripts/engines/setup_vllm.sh` and `make_models.py` (the server is started here unless
 `--url` names one). loadgate runs the full gate each time (baseline captured once from the same
