@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import urllib.request
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from loadgate.errors import UsageError
 from loadgate.sim.cli import build_config, option_name
 from loadgate.sim.config import SimConfig
 from loadgate.sim.process import SimProcess
-from loadgate.sim.settings import config_from_mapping, config_to_mapping, knob_fields
+from loadgate.sim.settings import config_from_mapping, knob_fields
 
 
 def _leaf_names(cls: type, prefix: str = "") -> list[str]:
@@ -58,21 +59,39 @@ def test_options_override_the_config_file_which_overrides_defaults(tmp_path: Pat
 
 
 @pytest.mark.parametrize("data, words", [
-    ({"sed": 1}, "unknown setting 'sed'"),
-    ({"speculative": {"k": 99}}, "speculative.k: must be"),
-    ({"speculative": {"method": "eagle"}}, "must be one of"),
-    ({"near_tie_rate": "high"}, "near_tie_rate: must be a number"),
-    ({"divergence": {"batch_variant": "yes"}}, "must be true or false"),
+    ({"sed": 1}, "unknown key 'sed'"),
+    ({"speculative": {"k": 99}}, "speculative.k: expected"),
+    ({"speculative": {"method": "eagle"}}, "expected one of"),
+    ({"near_tie_rate": "high"}, "near_tie_rate: expected a number"),
+    ({"near_tie_rate": float("nan")}, "near_tie_rate: expected"),
+    ({"decode_step_us": float("inf")}, "decode_step_us: expected"),
+    ({"divergence": {"batch_variant": "yes"}}, "expected true or false"),
+    ({"speculative": {"acceptance": "0.8,x"}}, "speculative.acceptance[1]: expected a number"),
 ])
 def test_bad_settings_name_the_key(data: dict, words: str) -> None:
-    with pytest.raises(UsageError, match=words):
+    with pytest.raises(UsageError, match=re.escape(words)):
         config_from_mapping(data)
 
 
-def test_config_round_trips_through_a_mapping() -> None:
+def test_a_bad_config_file_or_option_is_one_line_with_file_line_and_key(tmp_path) -> None:
+    f = tmp_path / "sim.yaml"
+    f.write_text("seed: 3\nspeculative: 5\n")
+    with pytest.raises(UsageError, match=re.escape(f"{f}:2: speculative: must be a mapping")):
+        build_config(str(f), {"speculative__k": 2})
+    f.write_text("seed: 3\nnear_tie_rate: 2.0\n")
+    with pytest.raises(UsageError, match=re.escape(f"{f}:2: near_tie_rate: expected")):
+        build_config(str(f), {})
+    with pytest.raises(UsageError, match=re.escape("loadgate sim options: speculative.k: expected")):
+        build_config(None, {"speculative__k": 99})
+    f.write_bytes(b"seed: \xff\n")
+    with pytest.raises(UsageError, match="not UTF-8"):
+        build_config(str(f), {})
+
+
+def test_config_round_trips_through_json() -> None:
     cfg = SimConfig(seed=4, model="m")
     cfg = dataclasses.replace(cfg, speculative=dataclasses.replace(cfg.speculative, method="draft_model"))
-    assert config_from_mapping(orjson.loads(orjson.dumps(config_to_mapping(cfg)))) == cfg
+    assert config_from_mapping(orjson.loads(orjson.dumps(cfg))) == cfg
 
 
 def test_sim_process_serves_from_a_child_process_and_stops() -> None:

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from test_sim_helpers import completion_ids, fast_cfg, post_stream, serve
+from test_sim_helpers import completion_ids, fast_cfg, post_stream, serve, ulp
 
 from loadgate.sim.config import DivergenceConfig, SimConfig, SpeculativeConfig
-from loadgate.sim.divergence import float32_ulp_distance
 from loadgate.sim.model import SimModel
 from loadgate.sim.server import RunningSim
 
@@ -143,9 +142,9 @@ def test_logprob_jitter_keeps_ids_and_moves_every_logprob_by_exactly_n_ulps() ->
     assert completion_ids(events) == ref.ids
     lps = [x for e in events for x in e["choices"][0]["logprobs"]["token_logprobs"]]
     tops = [t for e in events for t in e["choices"][0]["logprobs"]["top_logprobs"]]
-    assert [float32_ulp_distance(a, b) for a, b in zip(lps, ref.lp1, strict=True)] == [3] * N
+    assert [ulp(a, b) for a, b in zip(lps, ref.lp1, strict=True)] == [3] * N
     for top, lp2, runner in zip(tops, ref.lp2, ref.runner_up, strict=True):
-        assert float32_ulp_distance(top[f"token_id:{runner}"], lp2) == 3
+        assert ulp(top[f"token_id:{runner}"], lp2) == 3
 
 
 def test_long_context_flips_only_beyond_the_threshold() -> None:

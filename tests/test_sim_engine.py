@@ -268,7 +268,7 @@ def test_streamed_text_pieces_join_to_the_decoded_text_across_split_utf8_and_sto
         pieces = []
         for t in ids:
             done = seq.append_token(t, 0.0, None, 0)
-            pieces.append(seq.end_step("decode").text)
+            pieces.append(seq.end_step().text)
             if done:
                 break
         assert "".join(pieces) == want

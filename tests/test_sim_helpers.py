@@ -16,14 +16,21 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import numpy as np
 import orjson
 import pytest
 
+from loadgate.exactness.compare import ulp_distance
 from loadgate.sim.config import SimConfig
 from loadgate.sim.server import RunningSim, running_sim
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]
+
+
+def ulp(a: float, b: float) -> int:
+    """float32 ULPs between a and b, by loadgate's own comparison."""
+    return int(ulp_distance(np.asarray(a), np.asarray(b)))
 
 
 def shared_dir() -> Path:

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
-from loadgate.errors import UsageError
+from loadgate.errors import ProfileError, UsageError
 from loadgate.sim.config import SimConfig
+from loadgate.sim.process import READY_LINE
 from loadgate.sim.settings import KnobField, config_from_mapping, knob_fields
+from loadgate.typed_yaml import parse_yaml
 
 
 def option_name(k: KnobField) -> str:
@@ -54,25 +55,37 @@ def _knob_option(k: KnobField) -> click.Option:
 
 
 def build_config(config_file: str | None, overrides: dict[str, Any]) -> SimConfig:
-    """SimConfig from the YAML file (if any) with the non-None option values on top."""
+    """SimConfig from the YAML file (if any) with the non-None option values on top; a bad file or
+    value ends in one line naming the file (or `loadgate sim options`), line and key."""
     data: dict[str, Any] = {}
+    lines: dict[str, int] = {}
+    file = "loadgate sim options"
     if config_file:
+        file = config_file
         try:
-            loaded = yaml.safe_load(Path(config_file).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as e:
-            raise UsageError(f"{config_file}: {e}") from None
-        if loaded is not None and not isinstance(loaded, dict):
+            text = Path(config_file).read_bytes().decode("utf-8-sig")
+        except OSError as e:
+            raise UsageError(f"{config_file}: cannot read the file: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{config_file}: not UTF-8 text (bad byte at offset {e.start})") from None
+        loaded, lines = parse_yaml(text, file=config_file)
+        if not isinstance(loaded, dict):
             raise UsageError(f"{config_file}: must be a mapping of simulator settings")
-        data = loaded or {}
+        data = loaded
     for k in knob_fields():
         v = overrides.get(_param_name(k))
         if v is None:
             continue
         target = data
-        for part in k.path[:-1]:
-            target = target.setdefault(part, {})
+        for depth, part in enumerate(k.path[:-1], 1):
+            section = target.setdefault(part, {})
+            if not isinstance(section, dict):
+                dotted = ".".join(k.path[:depth])
+                raise ProfileError(file, lines.get(dotted), dotted, "must be a mapping of settings")
+            target = section
         target[k.path[-1]] = v
-    return config_from_mapping(data)
+        lines.pop(k.dotted, None)  # the option's value has no line in the file
+    return config_from_mapping(data, file=file, lines=lines)
 
 
 async def serve(cfg: SimConfig, host: str, port: int, on_ready: Callable[[str], None]) -> None:
@@ -93,7 +106,7 @@ def _run(cfg: SimConfig, host: str, port: int) -> None:
         # Everything allocated so far lives as long as the server: keep the collector off it,
         # so full collections stay short while thousands of streams run.
         gc.freeze()
-        click.echo(f"loadgate sim listening on {url}")
+        click.echo(READY_LINE + url)
         sys.stdout.flush()
 
     try:
@@ -102,12 +115,15 @@ def _run(cfg: SimConfig, host: str, port: int) -> None:
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(serve(cfg, host, port, ready))
+        try:
+            runner.run(serve(cfg, host, port, ready))
+        except OSError as e:  # address in use, unknown host, ...
+            raise UsageError(f"loadgate sim: cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
 @click.command("sim", context_settings={"max_content_width": 110})
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
-@click.option("--port", default=8000, show_default=True, type=int, help="port to listen on; 0 = any free port")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="port to listen on; 0 = any free port")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="YAML mapping of simulator settings (options below override it)")
 def sim(host: str, port: int, config_file: str | None, **knobs: Any) -> None:

@@ -70,11 +70,3 @@ def jitter_ulps(value: float, ulps: int) -> float:
     mag = int(np.abs(f).view(np.uint32)) + ulps
     mag = min(mag, 0x7F800000)  # saturate at -inf
     return -float(np.uint32(mag).view(np.float32))
-
-
-def float32_ulp_distance(a: float, b: float) -> int:
-    """Number of float32 values between `a` and `b` after rounding both to float32 (0 if equal)."""
-    def ordered(v: float) -> int:
-        bits = int(np.float32(v).view(np.uint32))
-        return -(bits & 0x7FFFFFFF) if bits & 0x80000000 else bits
-    return abs(ordered(a) - ordered(b))

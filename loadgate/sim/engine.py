@@ -53,7 +53,6 @@ class Engine:
         self.k = cfg.speculative.k if self.spec_on else 0
         self.counters = EngineCounters(spec_k=self.k)
         self.flips = FlipPolicy(cfg.divergence, cfg.seed)
-        self.steps = 0
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
         self._wake = asyncio.Event()
@@ -73,10 +72,7 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for s in list(self._waiting) + self._running:
-            self.abort(s)
-        self._waiting.clear()
-        self._running.clear()
+        self._abort_all()
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -120,10 +116,13 @@ class Engine:
                 await self._steps()
             except Exception:  # a bug must not leave handlers waiting forever
                 _log.exception("simulator engine step failed; aborting the requests in flight")
-                for s in list(self._waiting) + self._running:
-                    self.abort(s)
-                self._waiting.clear()
-                self._running.clear()
+                self._abort_all()
+
+    def _abort_all(self) -> None:
+        for s in list(self._waiting) + self._running:
+            self.abort(s)
+        self._waiting.clear()
+        self._running.clear()
 
     async def _steps(self) -> None:
         next_start: float | None = None
@@ -147,7 +146,6 @@ class Engine:
 
     def _step(self) -> tuple[float, list[tuple[Sequence, StepOutput]]]:
         cfg = self.cfg
-        self.steps += 1
         running = [s for s in self._running if not s.finished]
         new: list[Sequence] = []
         while self._waiting and len(running) + len(new) < cfg.max_num_seqs:
@@ -160,13 +158,13 @@ class Engine:
         self.counters.prompt_tokens += prompt_tokens
         if new:
             self._generate(new, [1] * len(new), batch, verify=False)
-            outputs.extend((s, s.end_step("prefill")) for s in new)
+            outputs.extend((s, s.end_step()) for s in new)
         if running:
             if self.spec_on:
                 self._verify(running, batch, outputs)
             else:
                 self._generate(running, [1] * len(running), batch, verify=False)
-                outputs.extend((s, s.end_step("decode")) for s in running)
+                outputs.extend((s, s.end_step()) for s in running)
         self._running = running + new
         if cfg.fixed_step_us > 0:
             cost_us = cfg.fixed_step_us
@@ -189,7 +187,7 @@ class Engine:
             assert s.spec is not None
             s.spec.record(ke, accepted)
             self.counters.record_verify(ke, accepted)
-            outputs.append((s, s.end_step("verify")))
+            outputs.append((s, s.end_step()))
 
     def _generate(self, seqs: list[Sequence], wants: list[int], batch: int, verify: bool) -> None:
         """Append up to `wants[i]` tokens to `seqs[i]`, one batched model call per token position."""

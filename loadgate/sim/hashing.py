@@ -50,12 +50,3 @@ def unit(h: int) -> float:
 def unit_np(h: np.ndarray) -> np.ndarray:
     """`unit` on a uint64 array (exact: the 53-bit integers convert to float64 without rounding)."""
     return (h >> np.uint64(11)).astype(np.float64) * _INV_2_53
-
-
-def string_key(s: str) -> int:
-    """A stable 64-bit key for a string (Python's own `hash` of str is salted per process)."""
-    data = s.encode("utf-8")
-    h = 0xCBF29CE484222325
-    for i in range(0, len(data), 8):
-        h = mix64(h ^ int.from_bytes(data[i:i + 8], "little") ^ (i << 56))
-    return mix64(h ^ len(data))

@@ -131,9 +131,6 @@ class SimModel:
             h = (h * _P + t) & MASK64
         return h
 
-    def roll_hash(self, h: int, leaving: int, entering: int) -> int:
-        """See the module-level `roll_hash`."""
-        return roll_hash(h, leaving, entering)
 
     # ---- batched fast path -----------------------------------------------------------------
 

@@ -24,9 +24,8 @@ from typing import Any
 import orjson
 
 from loadgate.sim.config import SimConfig
-from loadgate.sim.settings import config_to_mapping
 
-_READY = "loadgate sim listening on "
+READY_LINE = "loadgate sim listening on "  # loadgate.sim.cli prints it
 
 
 class SimProcess:
@@ -46,7 +45,7 @@ class SimProcess:
         """Start the child and wait until it serves (see the module docstring)."""
         fd, self._cfg_file = tempfile.mkstemp(prefix="loadgate-sim-", suffix=".yaml")
         with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(config_to_mapping(self.cfg)))  # JSON is valid YAML
+            f.write(orjson.dumps(self.cfg))  # JSON is valid YAML
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -73,8 +72,8 @@ class SimProcess:
                 line = self._proc.stdout.readline().decode("utf-8", "replace")
                 if not line:
                     raise RuntimeError(f"loadgate sim exited with code {self._proc.wait()} before listening")
-                if line.startswith(_READY):
-                    return line[len(_READY):].strip()
+                if line.startswith(READY_LINE):
+                    return line[len(READY_LINE):].strip()
         finally:
             sel.close()
         raise RuntimeError(f"loadgate sim did not start within {self.startup_timeout} s")

@@ -23,7 +23,7 @@ from loadgate.sim.metrics import render_metrics
 from loadgate.sim.openai_format import ChatFormatter, CompletionFormatter, OpenAIFormatter
 from loadgate.sim.params import OpenAIOptions, check_model, parse_chat, parse_completion, parse_generate
 from loadgate.sim.sequence import GenParams
-from loadgate.sim.serving import Job, SimState, handle_generation
+from loadgate.sim.serving import Job, SimState, handle_generation, read_json_object
 from loadgate.sim.sglang_format import GenerateFormatter
 
 STATE = web.AppKey("loadgate_sim_state", SimState)
@@ -34,14 +34,7 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = orjson.loads(await request.read())
-    except orjson.JSONDecodeError as e:
-        raise bad_request(f"invalid JSON body: {e}") from None
-    if not isinstance(body, dict):
-        raise bad_request("the body must be a JSON object")
-    return body
+_body = read_json_object
 
 
 # ---- generation ---------------------------------------------------------------------------

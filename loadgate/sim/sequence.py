@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from loadgate.sim.divergence import jitter_ulps
 from loadgate.sim.speculative import SpecStats
 from loadgate.sim.tokenizer import Tokenizer
-
-StepKind = Literal["prefill", "verify", "decode"]
 
 
 class Sink(Protocol):
@@ -66,7 +64,6 @@ class StepOutput:
     top: list[list[tuple[int, float]]] | None  # per token: the top-N (id, logprob), best first
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: str | int | None = None
-    kind: StepKind = "decode"
 
     def merge(self, other: StepOutput) -> None:
         """Append `other` (a later output of the same sequence) to this one."""
@@ -83,7 +80,7 @@ class StepOutput:
 class Sequence:
     """Engine-side state of one request. Create with `Engine.submit`."""
 
-    __slots__ = ("params", "index", "tokenizer", "context_hash", "spec", "jitter", "run_to_run_armed",
+    __slots__ = ("params", "tokenizer", "context_hash", "spec", "jitter", "run_to_run_armed",
                  "sample_seed", "output_ids", "context", "finished", "aborted", "counted",
                  "finish_reason", "stop_reason", "pending", "_decoder", "_tail", "_hold", "_step_ids",
                  "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "_ascii", "sink")
@@ -92,7 +89,6 @@ class Sequence:
                  spec: SpecStats | None = None, jitter: int = 0, run_to_run_armed: bool = False,
                  sample_seed: int = 0) -> None:
         self.params = params
-        self.index = index
         self.tokenizer = tokenizer
         self.context_hash = context_hash
         self.spec = spec
@@ -175,7 +171,7 @@ class Sequence:
         self.stop_reason = stop_reason
         return True
 
-    def end_step(self, kind: StepKind) -> StepOutput:
+    def end_step(self) -> StepOutput:
         """Close the current step: build its output from the tokens appended since the last call."""
         tail = self._tail
         if self.finished:
@@ -188,7 +184,7 @@ class Sequence:
         else:
             text, self._tail = tail, ""
         out = StepOutput(self._step_ids, text, self._step_lps, self._step_top,
-                         self.finish_reason, self.stop_reason, kind)
+                         self.finish_reason, self.stop_reason)
         self._step_ids = []
         if self._step_lps is not None:
             self._step_lps, self._step_top = [], []

@@ -93,6 +93,17 @@ def _sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
+async def read_json_object(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object body, or a 400."""
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError as e:
+        raise ApiError(400, f"invalid JSON body: {e}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return body
+
+
 async def handle_generation(request: web.Request, state: SimState,
                             parse: Callable[[dict[str, Any]], Job], error_style: str) -> web.StreamResponse:
     """Serve one generation request (see the module docstring)."""
@@ -100,13 +111,10 @@ async def handle_generation(request: web.Request, state: SimState,
     index = state.next_index()
     rid = request.headers.get("x-request-id")
     try:
-        try:
-            body = orjson.loads(await request.read())
-        except orjson.JSONDecodeError as e:
-            raise ApiError(400, f"invalid JSON body: {e}") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "the body must be a JSON object")
+        body = await read_json_object(request)
         if rid is None and isinstance(body.get("rid"), str):
+            if not body["rid"].isprintable():
+                raise ApiError(400, "rid must be printable (it is echoed in a header)", "rid")
             rid = body["rid"]
         rid = rid or os.urandom(8).hex()
         job = parse(body)
@@ -181,10 +189,8 @@ async def _fire(kind: str, request: web.Request, resp: web.StreamResponse, rec: 
             request.transport.close()
         return False
     if kind == "error_event":
-        err = {"error": {"message": "simulated engine failure (injected fault)",
-                         "type": "InternalServerError", "param": None, "code": 500}}
         rec.add_chunk(time.perf_counter_ns(), "error", [])
-        await resp.write(_sse(err))
+        await resp.write(_sse(ApiError(500, "simulated engine failure (injected fault)").vllm_body()))
         rec.add_chunk(time.perf_counter_ns(), "done", [])
         await resp.write(DONE)
         return False
@@ -257,6 +263,7 @@ async def _whole(request: web.Request, seq: Sequence, fmt: Formatter, rec: Reque
     if plan.stream_fault == "disconnect":
         if request.transport is not None:
             request.transport.close()
+        rec.status = 499  # no byte of the response was sent
         return web.Response(status=499)
     data = orjson.dumps(fmt.body(merged))
     rec.add_chunk(time.perf_counter_ns(), "body", merged.token_ids)

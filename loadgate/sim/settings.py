@@ -3,8 +3,9 @@
 `knob_fields()` lists every leaf setting of `SimConfig` with its dotted path, type, default, help
 and bounds, in declaration order (nested sections `speculative`, `divergence`, `faults` expanded);
 the CLI generates its options from it. `config_from_mapping` builds a `SimConfig` from a nested
-mapping, rejecting unknown keys, wrong types and out-of-bounds values with a `UsageError` that
-names the key path. Tuples may be given as lists or as comma-separated strings ("0.8,0.6").
+mapping with the profile loader (`loadgate.typed_yaml`), so a simulator setting is checked exactly
+as the same setting under `target.sim` in a profile. Tuples may be lists or comma-separated
+strings ("0.8,0.6"). A SimConfig goes back to a mapping with `orjson.dumps(cfg)`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgate.errors import UsageError
 from loadgate.sim.config import SimConfig
+from loadgate.typed_yaml import load_dataclass
 
 
 @dataclass(frozen=True)
@@ -59,87 +60,30 @@ def knob_fields(cls: type = SimConfig, prefix: tuple[str, ...] = ()) -> list[Kno
     return out
 
 
-def _convert(k: KnobField, v: Any) -> Any:
-    where = k.dotted
-    if k.choices is not None:
-        if v not in k.choices:
-            raise UsageError(f"sim config: {where}: must be one of {', '.join(k.choices)}; got {v!r}")
-        return v
-    if k.is_tuple:
-        items = [s.strip() for s in v.split(",") if s.strip()] if isinstance(v, str) else v
-        if not isinstance(items, (list, tuple)) or not items:
-            raise UsageError(f"sim config: {where}: must be a non-empty list of numbers; got {v!r}")
-        return tuple(_number(where, float, x) for x in items)
-    if k.type is bool:
-        if not isinstance(v, bool):
-            raise UsageError(f"sim config: {where}: must be true or false; got {v!r}")
-        return v
-    if k.type is str:
-        if not isinstance(v, str):
-            raise UsageError(f"sim config: {where}: must be a string; got {v!r}")
-        return v
-    return _number(where, k.type, v)
+def config_from_mapping(data: Mapping[str, Any] | None, *, file: str = "sim config",
+                        lines: dict[str, int] | None = None) -> SimConfig:
+    """A validated SimConfig from a nested mapping of overrides (missing keys keep defaults), by the
+    profile loader (`typed_yaml.load_dataclass`): unknown keys, wrong types, NaN/inf and
+    out-of-bounds values end in a ProfileError naming `file`, the line when known and the key path.
+    A tuple setting may also be a comma-separated string ("0.8,0.6"), as the command line gives it."""
+    tuples = {k.path for k in knob_fields() if k.is_tuple}
 
-
-def _number(where: str, t: type, v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            v = t(v)
-        except ValueError:
-            raise UsageError(f"sim config: {where}: must be a number; got {v!r}") from None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (t is int and not isinstance(v, int)):
-        raise UsageError(f"sim config: {where}: must be {'an integer' if t is int else 'a number'}; got {v!r}")
-    return t(v)
-
-
-def _check_bounds(k: KnobField, v: Any) -> None:
-    for x in v if isinstance(v, tuple) else (v,):
-        b = k.bounds
-        if ("min" in b and x < b["min"]) or ("max" in b and x > b["max"]) or (
-                "exclusive_min" in b and x <= b["exclusive_min"]):
-            lo = f">= {b['min']}" if "min" in b else f"> {b.get('exclusive_min')}" if "exclusive_min" in b else ""
-            hi = f"<= {b['max']}" if "max" in b else ""
-            rule = " and ".join(s for s in (lo, hi) if s)
-            raise UsageError(f"sim config: {k.dotted}: must be {rule}; got {x!r}")
-
-
-def config_from_mapping(data: Mapping[str, Any] | None) -> SimConfig:
-    """A validated SimConfig from a nested mapping of overrides (missing keys keep defaults)."""
-    data = dict(data or {})
-    fields = {k.path: k for k in knob_fields()}
-    sections = {p[0] for p in fields if len(p) > 1}
-    values: dict[tuple[str, ...], Any] = {}
-
-    def walk(m: Mapping[str, Any], prefix: tuple[str, ...]) -> None:
-        if not isinstance(m, Mapping):
-            raise UsageError(f"sim config: {'.'.join(prefix)}: must be a mapping")
+    def plain(m: Mapping[str, Any], prefix: tuple[str, ...]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for key, v in m.items():
-            path = prefix + (str(key),)
-            if not prefix and key in sections:
-                walk(v, path)
-            elif path in fields:
-                values[path] = v
-            else:
-                raise UsageError(f"sim config: unknown setting {'.'.join(path)!r}")
+            path = prefix + (key,)
+            if isinstance(v, Mapping):
+                v = plain(v, path)
+            elif path in tuples and isinstance(v, str):
+                v = [_number_or_text(x.strip()) for x in v.split(",") if x.strip()]
+            out[key] = v
+        return out
 
-    walk(data, ())
-    top: dict[str, Any] = {}
-    nested: dict[str, dict[str, Any]] = {s: {} for s in sections}
-    for path, raw in values.items():
-        k = fields[path]
-        v = _convert(k, raw)
-        _check_bounds(k, v)
-        (nested[path[0]] if len(path) > 1 else top)[path[-1]] = v
-    hints = typing.get_type_hints(SimConfig)
-    for s in sections:
-        top[s] = hints[s](**nested[s])
-    return SimConfig(**top)
+    return load_dataclass(SimConfig, plain(dict(data or {}), ()), file=file, lines=lines or {})
 
 
-def config_to_mapping(cfg: SimConfig) -> dict[str, Any]:
-    """The nested mapping (tuples as lists) that `config_from_mapping` turns back into `cfg`."""
-    def plain(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
-        return list(v) if isinstance(v, tuple) else v
-    return plain(dataclasses.asdict(cfg))
+def _number_or_text(x: str) -> Any:
+    try:
+        return float(x)
+    except ValueError:
+        return x  # the loader names the key and says a number was expected

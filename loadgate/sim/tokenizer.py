@@ -28,7 +28,6 @@ class Tokenizer:
         self.special_ids: frozenset[int] = frozenset(range(first_special, vocab_size))
         self.eos_id = self._ids[b"<|endoftext|>"]
         self.im_start_id = self._ids[b"<|im_start|>"]
-        self.im_end_id = self._ids[b"<|im_end|>"]
         merged = self._tokens[256:first_special]
         self._prefixes: frozenset[bytes] = frozenset(t[:k] for t in merged for k in range(1, len(t) + 1))
         self._special_re = re.compile("(" + "|".join(re.escape(s) for s in SPECIAL_TOKENS) + ")")
@@ -82,11 +81,10 @@ class Tokenizer:
             i = best_end
         return out
 
-    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """Text of `ids`; special tokens are dropped when `skip_special` is true."""
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of `ids` (special tokens included)."""
         toks = self._tokens
-        specials = self.special_ids
-        data = b"".join(toks[i] for i in ids if not (skip_special and i in specials))
+        data = b"".join(toks[i] for i in ids)
         return data.decode("utf-8", errors="replace")
 
     def incremental_decoder(self) -> codecs.IncrementalDecoder:

@@ -103,13 +103,6 @@ class TruthLog:
         self.records.append(rec)
         return rec
 
-    def by_id(self, request_id: str) -> RequestTruth | None:
-        """The most recent record with this request id, or None."""
-        for rec in reversed(self.records):
-            if rec.request_id == request_id:
-                return rec
-        return None
-
     def reset(self) -> None:
         """Forget every record."""
         self.records.clear()
