@@ -264,7 +264,7 @@ def test_streamed_text_pieces_join_to_the_decoded_text_across_split_utf8_and_sto
     text = "héllo 😀 wörld, the end. Ünïcode ✓"
     ids = tk.encode(text)
     for stop, want in (((), text), (("end.",), "héllo 😀 wörld, the "), (("😀",), "héllo ")):
-        seq = Sequence(GenParams(prompt_ids=(1,), max_tokens=len(ids), stop=stop), 0, tk, 0)
+        seq = Sequence(GenParams(prompt_ids=(1,), max_tokens=len(ids), stop=stop), tk, 0)
         pieces = []
         for t in ids:
             done = seq.append_token(t, 0.0, None, 0)

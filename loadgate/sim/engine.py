@@ -79,7 +79,7 @@ class Engine:
     def submit(self, params: GenParams, index: int) -> Sequence:
         """Queue a request; `index` is the server's request counter (seeds run_to_run)."""
         seed = params.seed if params.seed is not None else hash_ints(index, time.time_ns(), os.getpid())
-        seq = Sequence(params=params, index=index, tokenizer=self.model.tokenizer,
+        seq = Sequence(params=params, tokenizer=self.model.tokenizer,
                        context_hash=self.model.context_hash(params.prompt_ids),
                        spec=SpecStats(self.k) if self.spec_on else None,
                        jitter=self.cfg.divergence.logprob_jitter,

@@ -85,7 +85,7 @@ class Sequence:
                  "finish_reason", "stop_reason", "pending", "_decoder", "_tail", "_hold", "_step_ids",
                  "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "_ascii", "sink")
 
-    def __init__(self, params: GenParams, index: int, tokenizer: Tokenizer, context_hash: int,
+    def __init__(self, params: GenParams, tokenizer: Tokenizer, context_hash: int,
                  spec: SpecStats | None = None, jitter: int = 0, run_to_run_armed: bool = False,
                  sample_seed: int = 0) -> None:
         self.params = params
