@@ -107,14 +107,16 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
                     await conn.send(wire)
                     await done
                     break
-                except ConnectionResetError:
+                except (ConnectionResetError, BrokenPipeError):
                     # a kept-alive connection the server had already closed: retry once, fresh
                     if attempt == 0 and reused and not conn.reads:
+                        pool.release(conn, reusable=False)
+                        conn = None
                         continue
                     raise
     except TimeoutError:
         raw.error = ErrorInfo("timeout", f"no complete response within {t.spec.timeout_s:g} s")
-    except ConnectionResetError as e:
+    except (ConnectionResetError, BrokenPipeError) as e:
         raw.error = ErrorInfo("disconnect", str(e))
     except OSError as e:
         raw.error = ErrorInfo("connect", str(e) or type(e).__name__)
@@ -133,7 +135,7 @@ def finish_socket(raw: Raw) -> None:
         return
     resp = parse_response(raw.socket_reads)
     raw.status, raw.headers_ns, raw.reads = resp.status, resp.headers_ns, resp.body
-    if raw.socket_reads:
+    if raw.socket_reads and raw.error is None:  # a failure keeps its own time (as with aiohttp)
         raw.end_ns = raw.socket_reads[-1][0]
     if raw.error is None and not resp.complete:
         raw.error = ErrorInfo("disconnect", "the response ended early")
@@ -175,14 +177,18 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw) -> Decoded:
     if raw.status is not None and raw.status != 200:
         body = b"".join(b for _, b in raw.reads)
         return Decoded(error=ErrorInfo("http_status", f"HTTP {raw.status}: {body[:200].decode('utf-8', 'replace')}"))
-    if stream:
-        events, truncated = frame_sse(raw.reads)
-        d = adapter.decode_stream([(e.t_ns, e.data) for e in events])
-        if d.error is None and raw.error is None and truncated:
-            d.error = ErrorInfo("malformed", "stream ended inside an event")
-    else:
-        body = b"".join(b for _, b in raw.reads)
-        d = adapter.decode_body(raw.reads[-1][0], body) if raw.reads else Decoded()
+    try:
+        if stream:
+            events, truncated = frame_sse(raw.reads)
+            d = adapter.decode_stream([(e.t_ns, e.data) for e in events])
+            if d.error is None and raw.error is None and truncated:
+                d.error = ErrorInfo("malformed", "stream ended inside an event")
+        else:
+            body = b"".join(b for _, b in raw.reads)
+            d = adapter.decode_body(raw.reads[-1][0], body) if raw.reads else Decoded()
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+        # a well-formed JSON answer of an unexpected shape fails this request, never the run
+        return Decoded(error=ErrorInfo("malformed", f"unexpected response shape: {type(e).__name__}: {e}"[:200]))
     if raw.error is not None:
         d.error = raw.error  # a transport failure outranks what the partial stream said
     elif not d.chunks and d.error is None:

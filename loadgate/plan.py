@@ -51,14 +51,17 @@ class _TraceRequests:
     `max_tokens` is accepted for `output_len`. With more requests than lines, lines repeat in order."""
 
     def __init__(self, path: Path, n: int | None, seed: int, pool: np.ndarray) -> None:
+        """Every line is checked here, before anything is sent: a bad line is a one-line error
+        naming the file and line, not a failure in the middle of a run."""
         self.path, self.seed, self.pool = path, seed, pool
+        self.offsets: list[int] = []
         try:
             with open(path, "rb") as f:
-                self.offsets = []
                 pos = 0
-                for line in f:
+                for lineno, line in enumerate(f, 1):
                     if line.strip():
                         self.offsets.append(pos)
+                        self._parse(line, f"{path}:{lineno}")
                     pos += len(line)
         except OSError as e:
             raise UsageError(f"{path}: cannot read trace: {e.strerror}") from None
@@ -69,28 +72,57 @@ class _TraceRequests:
     def __len__(self) -> int:
         return self.n
 
+    @staticmethod
+    def _parse(line: bytes, where: str) -> dict[str, Any]:
+        """The validated trace object of one line."""
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict):
+            raise UsageError(f"{where}: expected a JSON object with output_len (or max_tokens) and one of "
+                             "input_len, prompt_ids, prompt, messages")
+
+        def count(key: str, minimum: int) -> int:
+            v = obj[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise UsageError(f"{where}: {key}: expected an integer >= {minimum}, got {v!r}")
+            return v
+
+        key = "output_len" if "output_len" in obj or "max_tokens" not in obj else "max_tokens"
+        if key not in obj:
+            raise UsageError(f"{where}: needs output_len (or max_tokens)")
+        obj["output_len"] = count(key, 1)
+        if "prompt_ids" in obj:
+            ids = obj["prompt_ids"]
+            if not isinstance(ids, list) or not ids or not all(isinstance(x, int) and x >= 0 for x in ids):
+                raise UsageError(f"{where}: prompt_ids: expected a non-empty list of token ids")
+        elif "input_len" in obj:
+            count("input_len", 1)
+        elif "messages" in obj:
+            if not isinstance(obj["messages"], list) or not all(isinstance(m, dict) for m in obj["messages"]):
+                raise UsageError(f"{where}: messages: expected a list of message objects")
+        elif "prompt" in obj:
+            if not isinstance(obj["prompt"], str):
+                raise UsageError(f"{where}: prompt: expected a string")
+        else:
+            raise UsageError(f"{where}: needs input_len, prompt_ids, prompt or messages")
+        return obj
+
     def get(self, k: int) -> dict[str, Any]:
         with open(self.path, "rb") as f:
             f.seek(self.offsets[k % len(self.offsets)])
-            line = f.readline()
-        try:
-            obj = orjson.loads(line)
-            out_len = int(obj.get("output_len", obj.get("max_tokens")))
-        except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
-            raise UsageError(f"{self.path}:{k % len(self.offsets) + 1}: expected a JSON object with "
-                             "output_len (or max_tokens) and one of input_len, prompt_ids, prompt, messages") from None
-        req: dict[str, Any] = {"output_len": out_len}
+            obj = self._parse(f.readline(), str(self.path))
+        req: dict[str, Any] = {"output_len": obj["output_len"]}
         if "prompt_ids" in obj:
-            req["prompt_ids"] = tuple(int(x) for x in obj["prompt_ids"])
+            req["prompt_ids"] = tuple(obj["prompt_ids"])
         elif "input_len" in obj:
             rng = np.random.default_rng([self.seed, 0x7ACE, k])
-            req["prompt_ids"] = tuple(rng.choice(self.pool, size=int(obj["input_len"])).tolist())
+            req["prompt_ids"] = tuple(rng.choice(self.pool, size=obj["input_len"]).tolist())
         elif "messages" in obj:
             req["messages"] = tuple(obj["messages"])
-        elif "prompt" in obj:
-            req["prompt_text"] = str(obj["prompt"])
         else:
-            raise UsageError(f"{self.path}:{k % len(self.offsets) + 1}: needs input_len, prompt_ids, prompt or messages")
+            req["prompt_text"] = obj["prompt"]
         return req
 
 

@@ -18,11 +18,11 @@ from time import perf_counter_ns, time_ns
 from typing import Any, TypeVar
 
 import aiohttp
-import orjson
 from tqdm import tqdm
 
 from loadgate import __version__
-from loadgate.attack import TargetSpec, make_session
+from loadgate.attack import TargetSpec
+from loadgate.enginehttp import get_json
 from loadgate.engines import CHAT_APIS
 from loadgate.errors import (
     EngineError,
@@ -74,20 +74,6 @@ async def engine_url(profile: Profile) -> AsyncIterator[str]:
         await asyncio.get_running_loop().run_in_executor(None, sim.stop)
 
 
-async def get_json(session: aiohttp.ClientSession, url: str, *, method: str = "GET",
-                   body: dict[str, Any] | None = None, timeout_s: float = 30.0) -> Any:
-    try:
-        async with session.request(method, url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            data = await r.read()
-            if r.status != 200:
-                raise EngineError(f"{method} {url} answered HTTP {r.status}: {data[:200].decode('utf-8', 'replace')}")
-            return orjson.loads(data)
-    except (aiohttp.ClientError, TimeoutError) as e:
-        raise EngineError(f"{method} {url} failed: {e or type(e).__name__}; is the engine up?") from None
-    except orjson.JSONDecodeError:
-        raise EngineError(f"{method} {url} did not answer JSON") from None
-
-
 async def discover_model(session: aiohttp.ClientSession, base: str) -> str:
     data = await get_json(session, f"{base}/v1/models")
     try:
@@ -125,10 +111,11 @@ async def _phase(spec: TargetSpec, profile: Profile, plan: Plan, pool: list[int]
 
 
 async def _run(profile: Profile, progress: bool) -> Path:
-    async with engine_url(profile) as base, make_session(profile.target.headers) as session:
-        model = profile.target.model or await discover_model(session, base)
+    from loadgate.gate import open_engine
+
+    async with open_engine(profile) as e:
         run_dir = new_run_dir(profile)
-        await perform(profile, base, session, model, run_dir, progress)
+        await perform(profile, e.base, e.session, e.model, run_dir, progress)
     return run_dir
 
 

@@ -30,10 +30,10 @@ def token_check(records: list[dict[str, Any]], limit: float) -> dict[str, Any]:
     """Per request, the server's prompt and completion counts against the plan."""
     checked = [r for r in records if r.get("error") is None]
     prompt_bad = [r["i"] for r in checked if r.get("prompt_tokens") is not None
-                  and r["prompt_tokens"] != r["prompt_tokens_planned"]]
+                  and r["prompt_tokens_planned"] is not None and r["prompt_tokens"] != r["prompt_tokens_planned"]]
     out_bad = [r["i"] for r in checked if (r.get("completion_tokens") if r.get("completion_tokens") is not None
                                            else sum(r["chunk_tokens"])) != r["output_tokens_planned"]]
-    unverified = sum(1 for r in checked if r.get("prompt_tokens") is None)
+    unverified = sum(1 for r in checked if r.get("prompt_tokens") is None or r["prompt_tokens_planned"] is None)
     bad = set(prompt_bad) | set(out_bad)
     frac = len(bad) / len(checked) if checked else 0.0
     return {"checked": len(checked), "prompt_mismatches": len(prompt_bad), "completion_mismatches": len(out_bad),

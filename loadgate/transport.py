@@ -251,6 +251,8 @@ class SocketConn(_Framing):
             if user - t > self.user_lag_max_ns:
                 self.user_lag_max_ns = user - t
             self._on_data(t, data)
+            if len(data) < READ_SIZE:  # drained; the reader is level-triggered, more data calls again
+                return
 
     def _stop_reading(self) -> None:
         if self._reading:

@@ -106,3 +106,13 @@ def test_llama_server_v1_final_usage_event_is_not_counted_as_tokens():
     assert d.completion_tokens is not None
     assert sum(c.n_tokens for c in d.chunks) == d.completion_tokens
     assert d.output_ids is None  # no ids on this route: the exactness check refuses to compare it
+
+
+def test_an_answer_of_an_unexpected_shape_fails_the_request_not_the_run():
+    from loadgate.attack import Raw, decode
+
+    for api in ("openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-chat"):
+        raw = Raw(start_ns=0)
+        raw.status, raw.reads = 200, [(1, b"[1, 2]")]
+        d = decode(adapter_for(api), False, raw)
+        assert d.error is not None and d.error.kind == "malformed", api

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -65,3 +67,30 @@ def test_poisson_and_gamma_arrivals_have_the_stated_mean_rate():
         off = arrival_offsets_ns(Load(rate=20.0, arrival=arrival, burstiness=b), 4001, np.random.default_rng(3))
         assert off[0] == 0 and off == sorted(off)
         assert abs(4000 / (off[-1] / 1e9) - 20.0) < 1.5
+
+
+@pytest.mark.parametrize("line, words", [
+    ('{"prompt_ids": "abc", "output_len": 4}', "trace.jsonl:3: prompt_ids: expected a non-empty list"),
+    ('{"input_len": -3, "output_len": 4}', "trace.jsonl:3: input_len: expected an integer >= 1, got -3"),
+    ('{"messages": "hi", "output_len": 4}', "trace.jsonl:3: messages: expected a list"),
+    ('{"input_len": 4}', "trace.jsonl:3: needs output_len"),
+    ('[1, 2]', "trace.jsonl:3: expected a JSON object"),
+])
+def test_every_trace_line_is_checked_before_anything_is_sent(tmp_path, line, words):
+    """Line numbers count blank lines; the bad line is found when the plan is built, not mid-run."""
+    from loadgate.errors import UsageError
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"input_len": 8, "output_len": 4}\n\n' + line + "\n")
+    with pytest.raises(UsageError, match=re.escape(words)):
+        build_plan(prof(requests=2, trace=str(trace)), POOL)
+
+
+def test_a_text_trace_has_no_planned_prompt_count_and_is_not_a_mismatch():
+    from loadgate.summary import token_check
+
+    recs = [{"i": 0, "error": None, "prompt_tokens": 5, "prompt_tokens_planned": None, "completion_tokens": 4,
+             "output_tokens_planned": 4, "chunk_tokens": [4]}]
+    tc = token_check(recs, 0.0)
+    assert tc["ok"] and tc["prompt_mismatches"] == 0 and tc["prompt_unverified"] == 1
+    assert not token_check([{**recs[0], "prompt_tokens_planned": 6}], 0.0)["ok"]

@@ -17,8 +17,10 @@ import aiohttp
 import orjson
 
 from loadgate.attack import Target, TargetSpec, decode, fetch
+from loadgate.enginehttp import get_json
 from loadgate.engines import chat_api_for
 from loadgate.engines.base import Decoded, GenRequest, Sampling
+from loadgate.errors import EngineError
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.corpus import Case
 
@@ -73,16 +75,13 @@ class CaseSender:
         else:
             body["prompt"] = case.prompt or ""
         try:
-            async with t.session.post(self.spec.base_url + "/tokenize", json=body,
-                                      timeout=aiohttp.ClientTimeout(total=30)) as r:
-                if r.status == 200:
-                    data = await r.json(content_type=None)
-                    if isinstance(data, dict) and isinstance(data.get("count"), int):
-                        return int(data["count"])
-                    if isinstance(data, dict) and isinstance(data.get("tokens"), list):  # llama-server
-                        return len(data["tokens"])
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            pass
+            data = await get_json(t.session, self.spec.base_url + "/tokenize", method="POST", body=body)
+        except EngineError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("count"), int):
+            return int(data["count"])
+        if isinstance(data, dict) and isinstance(data.get("tokens"), list):  # llama-server
+            return len(data["tokens"])
         text = case.prompt or "".join(str(m.get("content", "")) for m in case.messages or ())
         return len(text) // 3 + 16
 

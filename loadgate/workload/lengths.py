@@ -32,15 +32,17 @@ def _clip(x: np.ndarray, d: Distribution) -> np.ndarray:
 def read_empirical(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(lengths, probabilities) from a histogram or CDF CSV; raises UsageError naming the file."""
     try:
-        rows = list(csv.reader(path.read_text().splitlines()))
+        rows = [r for r in csv.reader(path.read_text(encoding="utf-8-sig").splitlines()) if r]
     except OSError as e:
         raise UsageError(f"{path}: cannot read empirical distribution: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 text (bad byte at offset {e.start})") from None
     is_cdf = bool(rows) and [c.strip().lower() for c in rows[0]] == ["length", "cdf"]
     if rows and not rows[0][0].strip().lstrip("-").isdigit():
         rows = rows[1:]
     try:
-        lengths = np.array([int(r[0]) for r in rows if r], dtype=np.int64)
-        vals = np.array([float(r[1]) for r in rows if r], dtype=np.float64)
+        lengths = np.array([int(r[0]) for r in rows], dtype=np.int64)
+        vals = np.array([float(r[1]) for r in rows], dtype=np.float64)
     except (ValueError, IndexError):
         raise UsageError(f"{path}: expected rows of `length,weight` (or `length,cdf`)") from None
     if lengths.size == 0 or (lengths < 1).any():

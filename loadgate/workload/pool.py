@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from loadgate.enginehttp import get_json
 from loadgate.errors import EngineError, UsageError
 from loadgate.workload.text import filler_text
 
@@ -36,13 +37,6 @@ class TokenPool:
 
     def prompt_text(self, ids: tuple[int, ...]) -> str:
         return "".join(self.text[i] for i in ids)
-
-
-async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Any:
-    async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=30)) as r:
-        if r.status != 200:
-            raise EngineError(f"POST {url} answered HTTP {r.status}")
-        return await r.json(content_type=None)
 
 
 def local_pool(tokenizer_path: str, need_text: bool) -> TokenPool:
@@ -63,7 +57,17 @@ def local_pool(tokenizer_path: str, need_text: bool) -> TokenPool:
                 text[i] = piece
         ids = sorted(text)[:MAX_TEXT_POOL]
         text = {i: text[i] for i in ids}
+    if len(ids) < 20:
+        raise UsageError(f"{tokenizer_path}: found only {len(ids)} usable word tokens to build prompts from")
     return TokenPool(tuple(ids), text, source=f"local tokenizer {tokenizer_path}")
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST for a JSON object (anything else is an EngineError)."""
+    data = await get_json(session, url, method="POST", body=body)
+    if not isinstance(data, dict):
+        raise EngineError(f"POST {url} did not answer a JSON object")
+    return data
 
 
 def tokenize_body(api: str, model: str, text: str) -> dict[str, Any]:
@@ -77,10 +81,10 @@ async def server_pool(session: aiohttp.ClientSession, base: str, model: str, nee
                       api: str = "openai-completions") -> TokenPool:
     try:
         data = await _post(session, f"{base}/tokenize", tokenize_body(api, model, filler_text()))
-    except (aiohttp.ClientError, TimeoutError) as e:
-        raise EngineError(f"POST {base}/tokenize failed: {e}; set workload.tokenizer to a local "
-                          "tokenizer.json for engines without /tokenize") from None
-    ids = sorted({int(i) for i in (data.get("tokens") or [])}) if isinstance(data, dict) else []
+    except EngineError as e:
+        raise EngineError(f"{e}; set workload.tokenizer to a local tokenizer.json for engines without "
+                          "/tokenize") from None
+    ids = sorted({i for i in data.get("tokens") or [] if isinstance(i, int)})
     if not ids:
         raise EngineError(f"{base}/tokenize returned no tokens")
     if not need_text:
@@ -89,8 +93,8 @@ async def server_pool(session: aiohttp.ClientSession, base: str, model: str, nee
 
     async def check(i: int) -> tuple[int, str] | None:
         async with sem:
-            piece = (await _post(session, f"{base}/detokenize", {"model": model, "tokens": [i]})).get("prompt", "")
-            if not _WORD.match(piece):
+            piece = (await _post(session, f"{base}/detokenize", {"model": model, "tokens": [i]})).get("prompt")
+            if not isinstance(piece, str) or not _WORD.match(piece):
                 return None
             back = (await _post(session, f"{base}/tokenize", tokenize_body(api, model, piece))).get("tokens")
             return (i, piece) if back == [i] else None
@@ -107,7 +111,7 @@ async def chat_overhead(session: aiohttp.ClientSession, base: str, model: str, p
     try:
         with_template = await _post(session, f"{base}/tokenize", {"model": model, "messages": [
             {"role": "user", "content": content}], "add_generation_prompt": True})
-    except (EngineError, aiohttp.ClientError, TimeoutError):
+    except EngineError:
         return None
-    n = with_template.get("count") if isinstance(with_template, dict) else None
+    n = with_template.get("count")
     return None if n is None else int(n) - 8
