@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from loadgate.compare import FigureComparison, compare_summaries, overall
+from loadgate.compare import FigureComparison, compare_summaries, overall, worst
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.profile import Profile
 from loadgate.summary import build_summary
@@ -109,11 +109,7 @@ def comparisons(run_dir: Path) -> tuple[dict[str, dict[str, FigureComparison]], 
 
 
 def verdict(comps: dict[str, dict[str, FigureComparison]], decide_on: list[str]) -> str:
-    per_level = [overall(c, decide_on) for c in comps.values()]
-    for d in ("regressed", "inconclusive", "single run", "improved"):
-        if d in per_level:
-            return d
-    return "no change"
+    return worst([overall(c, decide_on) for c in comps.values()])
 
 
 def _median(values: list[Any]) -> Any:

@@ -51,7 +51,6 @@ FIGURES: dict[str, tuple[tuple[str, ...], bool]] = {
     "acceptance_length": (("acceptance", "per_request", "acceptance_length"), True),
 }
 UNITS = {"output_throughput": "tok/s", "request_throughput": "req/s", "acceptance_length": "tokens"}
-DEFAULT_DECIDE_ON = ("output_throughput", "ttft.p50", "itl.p50", "e2e.p50", "e2e.p99")
 
 
 def figure(level_summary: dict[str, Any], name: str) -> float | None:
@@ -153,14 +152,22 @@ def request_level(name: str, a_records: list[dict[str, Any]], b_records: list[di
     return float(lo), float(hi)
 
 
-def overall(comparisons: dict[str, FigureComparison], decide_on: Sequence[str]) -> Decision:
-    """regressed if any deciding figure regressed; else inconclusive if any is; else improved if any
-    improved; else no change."""
-    ds = [comparisons[f].decision for f in decide_on if f in comparisons and comparisons[f].ratio is not None]
-    for d in ("regressed", "inconclusive", "single run", "improved"):
-        if d in ds:
+def worst(decisions: Sequence[str]) -> Decision:
+    """regressed if any is; else n/a (a deciding figure could not be compared) if any is; else
+    inconclusive, single run, improved, in that order; no change only when every one says so.
+    Nothing to decide on is n/a: "no change" is never a verdict without evidence."""
+    if not decisions:
+        return "n/a"
+    for d in ("regressed", "n/a", "inconclusive", "single run", "improved"):
+        if d in decisions:
             return d  # type: ignore[return-value]
     return "no change"
+
+
+def overall(comparisons: dict[str, FigureComparison], decide_on: Sequence[str]) -> Decision:
+    """The verdict of one load level over the deciding figures (see `worst`)."""
+    return worst([comparisons[f].decision if f in comparisons and comparisons[f].ratio is not None else "n/a"
+                  for f in decide_on])
 
 
 def compare_summaries(a: list[dict[str, Any]], b: list[dict[str, Any]], **kw: Any) -> dict[str, FigureComparison]:

@@ -221,6 +221,14 @@ class Exactness:
         "auto", "whether the check must prove that speculation ran: 'auto' follows the fingerprint")
     timeout_s: float = knob(600.0, "per-request timeout during the check, seconds", exclusive_min=0.0)
 
+    def check(self) -> list[tuple[str, str]]:
+        """A tier that reads logprobs needs them requested (near-tie-tolerant: two, for the gap)."""
+        need = {"bit-exact": 1, "logprob-tolerance": 1, "near-tie-tolerant": 2}.get(self.contract.tier, 0)
+        if self.logprobs < need:
+            return [("logprobs", f"the {self.contract.tier!r} contract reads logprobs: needs at least {need}, "
+                     f"got {self.logprobs}")]
+        return []
+
 
 @dataclass(frozen=True)
 class AB:

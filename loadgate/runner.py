@@ -250,6 +250,9 @@ def _finish(valid: bool, problems: list[str], thresholds: list[dict[str, Any]], 
     if verdict in ("inconclusive", "single run"):
         raise Inconclusive("the comparison is inconclusive: the runs cannot rule out a change that matters; "
                            "add pairs (ab.pairs) or reduce noise")
+    if verdict == "n/a":
+        raise Inconclusive("nothing to decide on: a deciding figure (ab.decide_on) has no value on one side "
+                           "(every request failed, or the engine does not report it)")
 
 
 def _run_ab(profile: Profile, progress: bool, unverified: bool) -> int:

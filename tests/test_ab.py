@@ -133,3 +133,17 @@ def test_a_concurrency_sweep_prints_a_capacity_table_and_the_highest_level_meeti
     cap = out[out.index("capacity:"):]
     assert [line.split()[0] for line in cap.splitlines()[3:6]] == ["1", "4", "16"]
     assert "highest concurrency meeting the SLOs (ttft p99 <= 1000 ms): 16" in cap
+
+
+def test_no_change_is_never_a_verdict_without_evidence():
+    """A deciding figure with no value on one side (every request failed, no counters) is n/a, and
+    so is a comparison of nothing; the run maps n/a to inconclusive (exit 22), never to exit 0."""
+    from loadgate.compare import compare_figure, overall, worst
+
+    missing = compare_figure("ttft.p50", [10.0, 11.0, 10.5], [None, None, None])
+    same = compare_figure("ttft.p50", [10.0, 10.1, 9.9, 10.0, 10.05], [10.0, 10.1, 9.9, 10.0, 10.05])
+    assert missing.ratio is None and same.decision == "no change"
+    assert overall({"ttft.p50": missing}, ["ttft.p50"]) == "n/a"
+    assert overall({"ttft.p50": same, "e2e.p50": missing}, ["ttft.p50", "e2e.p50"]) == "n/a"
+    assert overall({"ttft.p50": same}, ["ttft.p50"]) == "no change"
+    assert worst([]) == "n/a" and worst(["no change", "regressed", "n/a"]) == "regressed"

@@ -77,6 +77,9 @@ def test_placeholder_positions_are_compared_on_ids_only_and_block_bit_exact():
     ok, why = passes(c, v, Contract("bit-exact"))
     assert not ok and "2 positions" in why
     assert passes(c, v, Contract("token-exact"))[0]
+    # a tolerance on logprobs cannot be met where there is no logprob either
+    ok, why = passes(c, v, Contract("logprob-tolerance", tolerance=1.0))
+    assert not ok and "2 positions had no real logprob" in why
 
 
 def test_null_equals_null_and_differs_from_a_value():

@@ -66,6 +66,12 @@ CASES: dict[str, Case] = {
         "target:\n  sim:\n    speculative:\n      method: draft_model\n      acceptance:\n"
         "        - 0.9\n        - 0.7\n        - 1.5\n",
         8, "target.sim.speculative.acceptance[2]", "expected a number in [0, 1], got 1.5"),
+    "logprob_tier_without_logprobs": Case(
+        "exactness:\n  logprobs: 0\n  contract: {tier: logprob-tolerance, tolerance: 0.0}\n", 2, "exactness.logprobs",
+        "the 'logprob-tolerance' contract reads logprobs: needs at least 1, got 0"),
+    "near_tie_tier_with_one_logprob": Case(
+        "exactness:\n  logprobs: 1\n  contract: {tier: near-tie-tolerant, gap: 0.1}\n", 2, "exactness.logprobs",
+        "needs at least 2, got 1"),
     "api_not_in_literal": Case(
         "target:\n  api: grpc\n", 2, "target.api",
         "expected one of 'openai-completions', 'openai-chat', 'sglang', 'llamacpp', 'llamacpp-openai-completions', 'llamacpp-openai-chat', got 'grpc'"),
