@@ -73,9 +73,8 @@ async def run_ab(profile: Profile, run_dir: Path, progress: bool, unverified: bo
             e = engines[s]
             att = atts.get(s)
             await perform(sides[s], e.base, e.session, e.model, d, progress,
-                          extra_meta={"unverified": unverified, "ab_side": SIDES[s], "attestation": None if att is None
-                                      else {k: att[k] for k in ("fingerprint_hash", "corpus_sha256", "baseline_sha256",
-                                                                "contract", "attestation_sha256")}})
+                          extra_meta={"unverified": unverified, "ab_side": SIDES[s],
+                                      "attestation": gate.attestation_meta(att)})
             dump_json(d / "summary.json", build_summary(d))
         for s, e in engines.items():
             if s in atts:

@@ -24,7 +24,7 @@ import orjson
 from loadgate import __version__
 from loadgate.attack import TargetSpec, make_session
 from loadgate.engines.base import Sampling
-from loadgate.errors import ExactnessFailed, ExactnessNotEstablished, UsageError
+from loadgate.errors import EngineError, ExactnessFailed, ExactnessNotEstablished, UsageError
 from loadgate.exactness import baseline as bl
 from loadgate.exactness.bundle import write_bundles
 from loadgate.exactness.check import CheckResult, run_check, speculation_declared
@@ -296,6 +296,14 @@ def show_fingerprint(profile: Profile, against: str | None) -> str:
     return "\n".join(lines)
 
 
+def attestation_meta(att: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a run's meta.json keeps of the attestation that let it measure."""
+    if att is None:
+        return None
+    return {k: att[k] for k in ("fingerprint_hash", "corpus_sha256", "baseline_sha256", "contract", "scenarios",
+                                "verdicts", "attestation_sha256", "time")}
+
+
 def run_replay(bundle: str, endpoint: str | None, times: int) -> None:
     """`loadgate replay`: re-send a bundle's request; raises ExactnessFailed if any answer differs."""
     from loadgate.exactness.bundle import load_bundle, replay
@@ -317,5 +325,7 @@ def run_replay(bundle: str, endpoint: str | None, times: int) -> None:
                  f"diverges at token {r['first_divergence']} ({r['baseline_token']} -> {r['candidate_token']}, "
                  f"baseline top-2 gap {r['baseline_top2_gap']})")
         print(f"  run {r['run']}: {r['verdict']}: {where}")
+    if results and all("error" in r for r in results):
+        raise EngineError(f"every replay request failed ({results[0]['error']}): nothing was compared")
     if bad:
         raise ExactnessFailed(f"{bad} of {times} replays differ from the baseline's tokens")

@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from loadgate.errors import UsageError
+
 
 def clean(x: Any) -> Any:
     if isinstance(x, float) and math.isinf(x):
@@ -36,4 +38,10 @@ def dump_json(path: Path, obj: Any) -> None:
 
 
 def load_json(path: Path) -> Any:
-    return _restore(orjson.loads(path.read_bytes()))
+    """The JSON document at `path`; an unreadable or malformed file is a UsageError naming it."""
+    try:
+        return _restore(orjson.loads(path.read_bytes()))
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {e.strerror or e}") from None
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"{path}: not valid JSON ({e}); the run may have been cut short") from None

@@ -96,9 +96,9 @@ class Target:
 
     def check(self) -> list[tuple[str, str]]:
         """Endpoint and metrics URL are http(s) URLs; speculation has acceptance probabilities."""
-        if self.endpoint != "embedded" and not _is_http_url(self.endpoint):
+        if self.endpoint != "embedded" and not is_http_url(self.endpoint):
             return [("endpoint", f"expected 'embedded' or an http:// or https:// URL, got {self.endpoint!r}")]
-        if self.metrics_url is not None and not _is_http_url(self.metrics_url):
+        if self.metrics_url is not None and not is_http_url(self.metrics_url):
             return [("metrics_url", f"expected an http:// or https:// URL, got {self.metrics_url!r}")]
         spec = self.sim.speculative
         if spec.method != "none" and not spec.acceptance:
@@ -106,7 +106,7 @@ class Target:
         return []
 
 
-def _is_http_url(text: str) -> bool:
+def is_http_url(text: str) -> bool:
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError on a bad port

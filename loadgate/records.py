@@ -44,6 +44,8 @@ from typing import IO, Any
 
 import orjson
 
+from loadgate.errors import UsageError
+
 SCHEMA_VERSION = 1
 
 
@@ -88,11 +90,15 @@ def read_records(path: Path, *, include_warmup: bool = False) -> Iterator[dict[s
     """Yield records from a records.jsonl, skipping warmup ones unless asked; a torn last line
     (a crash mid-write) is skipped."""
     with open(path, "rb") as f:
-        for line in f:
+        for lineno, line in enumerate(f, 1):
             if not line.endswith(b"\n"):
                 break
-            rec = orjson.loads(line)
-            if rec.get("v") != SCHEMA_VERSION:
-                raise ValueError(f"{path}: record schema v{rec.get('v')} is not supported (want v{SCHEMA_VERSION})")
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise UsageError(f"{path}:{lineno}: not a JSON record ({e})") from None
+            if not isinstance(rec, dict) or rec.get("v") != SCHEMA_VERSION:
+                got = rec.get("v") if isinstance(rec, dict) else None
+                raise UsageError(f"{path}:{lineno}: record schema v{got} is not supported (want v{SCHEMA_VERSION})")
             if include_warmup or not rec.get("warmup"):
                 yield rec

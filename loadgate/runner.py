@@ -300,9 +300,7 @@ async def _gated(profile: Profile, progress: bool, unverified: bool) -> Path:
             await gate.verify_fingerprint(e, att, "between the check and the measurement")
             print()
         await perform(profile, e.base, e.session, e.model, run_dir, progress,
-                      extra_meta={"unverified": unverified, "attestation": None if att is None else {
-                          k: att[k] for k in ("fingerprint_hash", "corpus_sha256", "baseline_sha256", "contract",
-                                              "scenarios", "verdicts", "attestation_sha256", "time")}})
+                      extra_meta={"unverified": unverified, "attestation": gate.attestation_meta(att)})
         if att is not None:
             await gate.verify_fingerprint(e, att, "during the measurement")
     return run_dir

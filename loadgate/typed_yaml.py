@@ -46,7 +46,7 @@ from loadgate.errors import ProfileError
 
 T = TypeVar("T")
 
-_INT_TEXT = re.compile(r"[-+]?(0|[1-9][0-9_]*|0x[0-9a-fA-F_]+)")
+_INT_TEXT = re.compile(r"[-+]?(0|[1-9][0-9_]*|0x[0-9a-fA-F][0-9a-fA-F_]*)")
 _EXP_FLOAT_TEXT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
 _MAX_NODES = 100_000
 _TAG = "tag:yaml.org,2002:"

@@ -123,3 +123,28 @@ output: {{dir: {tmp_path / 'out'}}}
     assert main(["run", "-q", "--unverified", str(prof)]) == 11
     out = capsys.readouterr().out
     assert "UNVERIFIED" in out and "ttft" in out
+
+
+def test_a_damaged_run_folder_is_a_one_line_error_naming_the_file(tmp_path):
+    """Report/compare read runs long after the engine is gone: a torn meta.json, a corrupt record,
+    another schema or missing keys end in a UsageError (exit 2) that names what is wrong."""
+    from loadgate.errors import UsageError
+    from loadgate.records import read_records
+    from loadgate.report.views import render_compare, render_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_text('{"levels": [1], "t0')
+    (run / "records.jsonl").write_text('{"v": 1, "i": 0}\n{"v": 1, broken\n')
+    with pytest.raises(UsageError, match=r"meta\.json: not valid JSON"):
+        render_run(run, "table")
+    (run / "meta.json").write_text("{}")
+    with pytest.raises(UsageError, match="run: not a complete run folder"):
+        render_run(run, "table")
+    with pytest.raises(UsageError, match="not a complete run folder"):
+        render_compare([run, run], "table")
+    with pytest.raises(UsageError, match=r"records\.jsonl:2: not a JSON record"):
+        list(read_records(run / "records.jsonl"))
+    (run / "records.jsonl").write_text('{"v": 2, "i": 0}\n')
+    with pytest.raises(UsageError, match=r"records\.jsonl:1: record schema v2 is not supported"):
+        list(read_records(run / "records.jsonl"))

@@ -113,6 +113,8 @@ def load(path: Path) -> Baseline:
         doc = orjson.loads(path.read_bytes())
     except FileNotFoundError:
         raise UsageError(f"{path}: baseline file not found (write one with `loadgate baseline PROFILE`)") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the baseline file: {e.strerror or e}") from None
     except orjson.JSONDecodeError as e:
         raise UsageError(f"{path}: not a baseline file ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or "cases" not in doc:

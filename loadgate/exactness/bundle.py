@@ -26,6 +26,7 @@ from loadgate.exactness.check import CheckResult
 from loadgate.exactness.compare import compare
 from loadgate.exactness.contract import DEFAULT_NEAR_TIE_NATS, Contract, passes, verdict
 from loadgate.exactness.replay import Observed
+from loadgate.profile import is_http_url
 
 ROUTE_API = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions",
              "/generate": "sglang", "/completion": "llamacpp"}
@@ -64,8 +65,14 @@ def load_bundle(path: Path) -> dict[str, Any]:
         doc = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as e:
         raise UsageError(f"{path}: cannot read reproducer bundle: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != 1 or "request" not in doc or "baseline" not in doc:
+    if not isinstance(doc, dict) or doc.get("format") != 1:
         raise UsageError(f"{path}: not a loadgate reproducer bundle")
+    shape = {"route": str, "request": dict, "baseline": dict, "case": str, "scenario": dict}
+    bad = [k for k, t in shape.items() if not isinstance(doc.get(k), t)]
+    if bad or not isinstance(doc["scenario"].get("name"), str):
+        what = bad[0] if bad else "scenario.name"
+        raise UsageError(f"{path}: {what}: missing or of the wrong type; not a complete reproducer bundle "
+                         "(a null baseline: the case was not in the baseline, nothing to replay against)")
     return doc
 
 
@@ -77,6 +84,8 @@ async def replay(doc: dict[str, Any], endpoint: str | None, times: int) -> list[
     if api is None:
         raise UsageError(f"bundle route {doc['route']!r} is not a generation route loadgate knows")
     base = (endpoint or f"{u.scheme}://{u.netloc}").rstrip("/")
+    if not is_http_url(base):
+        raise UsageError(f"--endpoint: expected an http:// or https:// URL with a valid host and port, got {base!r}")
     model = str(doc["request"].get("model", ""))
     base_out = seq_output(doc["baseline"])
     results = []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,27 @@ def render_ab(run_dir: Path, fmt: str) -> str:
     return "\n\n".join(parts) + (f"\n\nverdict: {verdict}" if fmt in ("table", "markdown") else "")
 
 
+def _with_note(text: str, note: str, fmt: str) -> str:
+    """Machine-readable output stays parseable: the report.html note goes to stderr for json/csv."""
+    if note and fmt in ("json", "csv"):
+        sys.stderr.write(note.strip() + "\n")
+        return text
+    return text + note
+
+
+def _complete(fn: Any) -> Any:
+    """A folder with the expected files but missing keys or runs is a one-line error, not a crash."""
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kw: Any) -> Any:
+        try:
+            return fn(*args, **kw)
+        except (KeyError, IndexError, TypeError) as e:
+            raise UsageError(f"{args[0]}: not a complete run folder ({type(e).__name__}: {e}); "
+                             "was the run cut short?") from None
+    return wrapped
+
+
+@_complete
 def render_run(run_dir: Path, fmt: str, html: bool = False) -> str:
     _require_run(run_dir)
     if is_ab(run_dir):
@@ -65,10 +88,13 @@ def render_run(run_dir: Path, fmt: str, html: bool = False) -> str:
             from loadgate.report.html import write_comparison_html
 
             runs = ab.load_ab(run_dir)["runs"]
+            if not runs["A"] or not runs["B"]:
+                raise UsageError(f"{run_dir}: the A/B folder holds no finished run of "
+                                 f"{'the baseline (A)' if not runs['A'] else 'the candidate (B)'}")
             page = write_comparison_html({f"baseline ({runs['A'][0].name})": runs["A"][0],
                                           f"candidate ({runs['B'][0].name})": runs["B"][0]}, run_dir / "report.html")
             note = f"\n\nreport (plots of the first run of each side): {page}"
-        return render_ab(run_dir, fmt) + note
+        return _with_note(render_ab(run_dir, fmt), note, fmt)
     summary = build_summary(run_dir)
     note = ""
     if html:
@@ -76,12 +102,12 @@ def render_run(run_dir: Path, fmt: str, html: bool = False) -> str:
 
         note = f"\n\nreport: {write_html(run_dir)}"
     if fmt == "json":
-        return orjson.dumps(clean(summary), option=orjson.OPT_INDENT_2).decode() + note
+        return _with_note(orjson.dumps(clean(summary), option=orjson.OPT_INDENT_2).decode(), note, fmt)
     if fmt == "markdown":
-        return summary_markdown(summary) + note
+        return _with_note(summary_markdown(summary), note, fmt)
     if fmt == "csv":
-        return summary_csv(summary) + note
-    return render_summary(summary) + note
+        return _with_note(summary_csv(summary), note, fmt)
+    return _with_note(render_summary(summary), note, fmt)
 
 
 def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureComparison]]:
@@ -105,6 +131,7 @@ def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureCompariso
     return out
 
 
+@_complete
 def render_compare(runs: list[Path], fmt: str) -> str:
     for r in runs:
         _require_run(r)
@@ -125,6 +152,9 @@ def render_compare(runs: list[Path], fmt: str) -> str:
             title = (f"{other.name} vs {ref.name} at level {lv} (one run each: intervals from resampling requests, "
                      "indicative only; use an `ab` profile for run-level statistics)")
             out.append(_render_comps(comps, fmt, 1, 1, None, title))
+    if not out and not docs:
+        raise UsageError(f"no load level in common: {ref} has {', '.join(build_summary(ref)['levels'])}; "
+                         f"compare runs measured at the same concurrency or rate")
     if fmt == "json":
         return orjson.dumps(clean({"comparisons": docs}), option=orjson.OPT_INDENT_2).decode()
     return "\n\n".join(out)
