@@ -218,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
-    print(f"machine: {platform.machine()}, 2 cores shared by server and client, Python {platform.python_version()}; "
+    cores = (f"clients pinned to CPU {args.client_cpus}" if args.client_cpus
+             else f"{os.cpu_count()} cores shared by server and client")
+    print(f"machine: {platform.machine()}, {cores}, Python {platform.python_version()}; "
           f"vLLM {vllm_version(vpy)} CPU, tiny float32 target, eager, no speculation")
     print(f"workload: {args.requests} requests, prompt {args.input_len} tokens, output {args.output_len} tokens "
           f"(ignore_eos), concurrency {args.concurrency}, streaming /v1/completions; {args.rounds} interleaved "

