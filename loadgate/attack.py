@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadgate.engines.base import Decoded, EngineAdapter, ErrorInfo, GenRequest, Sampling
+from loadgate.engines.base import Decoded, EngineAdapter, ErrorInfo, GenRequest
 from loadgate.plan import PlannedRequest
 from loadgate.records import SCHEMA_VERSION, RecordWriter
 from loadgate.sse import frame_sse
@@ -41,11 +41,7 @@ class TargetSpec:
     model: str
     timeout_s: float
     stream: bool = True
-    logprobs: int | None = None
-    keep_ids: bool = False
     headers: dict[str, str] = field(default_factory=dict)
-    sampling: Sampling = field(default_factory=Sampling)
-    extra: dict[str, Any] = field(default_factory=dict)
     # text-only APIs: the text of each pool id, and the tokens the chat template adds
     pool_text: dict[int, str] | None = None
     prompt_overhead: int | None = 0
@@ -197,7 +193,7 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw) -> Decoded:
 
 
 def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: float | int,
-              ready_ns: int, intended_ns: int | None, keep_ids: bool, prompt_overhead: int | None = 0) -> dict[str, Any]:
+              ready_ns: int, intended_ns: int | None, prompt_overhead: int | None = 0) -> dict[str, Any]:
     planned_prompt = None if req.prompt_len is None or prompt_overhead is None else req.prompt_len + prompt_overhead
     rec: dict[str, Any] = {
         "v": SCHEMA_VERSION, "i": req.i, "warmup": req.warmup, "level": level,
@@ -217,8 +213,6 @@ def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: f
             "draft_tokens": d.spec.draft_tokens, "accepted": d.spec.accepted,
             "reported_acceptance_length": d.spec.reported_acceptance_length},
     }
-    if keep_ids:
-        rec["output_ids"] = d.output_ids
     return rec
 
 
@@ -228,17 +222,8 @@ def body_for(t: Target, req: PlannedRequest) -> bytes:
     if ids is not None and s.pool_text is not None:  # a text-only API: send the ids' exact text
         ids, text = None, "".join(s.pool_text[i] for i in ids)
     g = GenRequest(max_tokens=req.output_len, prompt_ids=ids, prompt_text=text, messages=req.messages,
-                   stream=s.stream, logprobs=s.logprobs, sampling=s.sampling, extra=s.extra)
+                   stream=s.stream)
     return orjson.dumps(t.adapter.build_body(g, s.model))
-
-
-def record_of(api: str, stream: bool, keep_ids: bool, prompt_overhead: int | None, req: PlannedRequest,
-              raw: Raw, t0_ns: int, level: float | int, ready_ns: int, intended_ns: int | None) -> dict[str, Any]:
-    """Decode one finished exchange into its record (pure: the same inputs give the same record)."""
-    from loadgate.engines import adapter_for
-
-    return to_record(req, raw, decode(adapter_for(api), stream, raw), t0_ns=t0_ns, level=level, ready_ns=ready_ns,
-                     intended_ns=intended_ns, keep_ids=keep_ids, prompt_overhead=prompt_overhead)
 
 
 class Recorder:
@@ -247,12 +232,13 @@ class Recorder:
 
     def __init__(self, t: Target, writer: RecordWriter, on_done: Callable[[], None] | None) -> None:
         self.t, self.writer, self.on_done = t, writer, on_done
-        self.overhead = t.spec.prompt_overhead if t.spec.pool_text is not None else 0
+        self.overhead = t.spec.prompt_overhead
 
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
-        self.writer.write(record_of(self.t.spec.api, self.t.spec.stream, self.t.spec.keep_ids, self.overhead, req,
-                                    raw, t0_ns, level, ready_ns, intended_ns))
+        d = decode(self.t.adapter, self.t.spec.stream, raw)
+        self.writer.write(to_record(req, raw, d, t0_ns=t0_ns, level=level, ready_ns=ready_ns,
+                                    intended_ns=intended_ns, prompt_overhead=self.overhead))
         if self.on_done:
             self.on_done()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 
 import click
@@ -49,9 +48,7 @@ def run(profile: str, quiet: bool, unverified: bool) -> None:
     from loadgate.profile import load_profile
     from loadgate.runner import run_profile
 
-    code = run_profile(load_profile(profile), progress=not quiet, unverified=unverified)
-    if code:
-        sys.exit(code)
+    run_profile(load_profile(profile), progress=not quiet, unverified=unverified)
 
 
 @cli.command()

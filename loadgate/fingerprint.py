@@ -4,8 +4,9 @@ Two parts:
 - **introspected** from the engine itself: vLLM `/version`, `/v1/models` (`root`,
   `max_model_len`), `/metrics` labels (`model_name`, `engine`, `vllm:cache_config_info`);
   SGLang and the simulator `/server_info` (every server arg and `version`); llama.cpp `/props`
-  (`build_info`, `model_path`, `total_slots`, `default_generation_settings`, chat template hash)
-  and the `system_fingerprint` responses carry. Volatile values (uptime, counters, cumulative
+  (`build_info`, `model_path`, `total_slots`, `default_generation_settings`, chat template hash).
+  (The `system_fingerprint` of responses is derived from these: vLLM's version, llama-server's
+  `build_info`.) Volatile values (uptime, counters, cumulative
   acceptance, timestamps) are left out so the same configuration gives the same hash.
 - **declared** in the profile (`target.declared`): what no engine serves — model revision,
   weight and tokenizer hashes, launch flags such as the attention backend, driver, GPU, dtype…
@@ -93,13 +94,9 @@ async def introspect(session: aiohttp.ClientSession, base: str, metrics_url: str
     return out
 
 
-def build(introspected: dict[str, Any], declared: dict[str, Any], request: dict[str, Any],
-          system_fingerprint: str | None = None) -> dict[str, Any]:
+def build(introspected: dict[str, Any], declared: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     """The fingerprint document (without its hash)."""
-    doc = {"engine": introspected, "declared": dict(declared), "request": request}
-    if system_fingerprint:
-        doc["engine"] = {**introspected, "system_fingerprint": system_fingerprint}
-    return doc
+    return {"engine": introspected, "declared": dict(declared), "request": request}
 
 
 def canonical(doc: dict[str, Any]) -> bytes:

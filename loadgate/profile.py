@@ -323,7 +323,7 @@ class Profile:
                 try:
                     parse(metric, text)
                 except ThresholdError as e:
-                    return [(f"thresholds.{metric}[{k}]", e.message.split(": ", 1)[-1])]
+                    return [(f"thresholds.{metric}[{k}]", e.reason)]
         if self.ab is not None and self.exactness is not None and self.exactness.baseline == "sim-reference" \
                 and self.ab.baseline.endpoint != "embedded":
             return [("ab.baseline.endpoint", "exactness.baseline 'sim-reference' needs both engines embedded; "

@@ -32,7 +32,6 @@ Schema version 1 — fields of one record:
                      the client's loop reading it (how busy the client was)
   spec               null or {source, verify_steps, draft_tokens, accepted,
                      reported_acceptance_length}
-  output_ids         output token ids when the run keeps them (exactness), else omitted
 """
 
 from __future__ import annotations

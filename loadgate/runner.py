@@ -175,16 +175,17 @@ def measure(profile: Profile, *, progress: bool = False) -> Path:
     return run_async(_run(profile, progress))
 
 
-def run_profile(profile: Profile, *, progress: bool = True, unverified: bool = False) -> int:
+def run_profile(profile: Profile, *, progress: bool = True, unverified: bool = False) -> None:
     """`loadgate run`: fingerprint -> exactness check -> attestation -> performance -> fingerprint
     again (for both engines, in interleaved runs, with an `ab` section); print the check reports
-    and the tables; apply thresholds; return 0 or raise the error that carries the exit code."""
+    and the tables; apply thresholds; raise the error that carries the exit code unless all passed."""
     if profile.exactness is None and not unverified:
         raise ExactnessNotEstablished(
             f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
             "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
     if profile.ab is not None:
-        return _run_ab(profile, progress, unverified)
+        _run_ab(profile, progress, unverified)
+        return
     run_dir = run_async(_gated(profile, progress, unverified))
     summary = build_summary(run_dir)
     if unverified:
@@ -200,7 +201,6 @@ def run_profile(profile: Profile, *, progress: bool = True, unverified: bool = F
     print(_html(run_dir))
     _finish(summary["valid"], [p for s in summary["levels"].values() for p in s["invalid"]], outcomes, None,
             unverified)
-    return 0
 
 
 def _html(run_dir: Path) -> str:
@@ -255,7 +255,7 @@ def _finish(valid: bool, problems: list[str], thresholds: list[dict[str, Any]], 
                            "(every request failed, or the engine does not report it)")
 
 
-def _run_ab(profile: Profile, progress: bool, unverified: bool) -> int:
+def _run_ab(profile: Profile, progress: bool, unverified: bool) -> None:
     from loadgate import ab
     from loadgate.report.compare_table import as_table, to_json
 
@@ -282,7 +282,6 @@ def _run_ab(profile: Profile, progress: bool, unverified: bool) -> int:
     print(f"\nrun folders: {run_dir}/A1 … B{profile.ab.pairs}; comparison: {run_dir / 'comparison.json'}")
     print(_html(run_dir))
     _finish(not problems, problems, outcomes, verdict, unverified)
-    return 0
 
 
 async def _gated(profile: Profile, progress: bool, unverified: bool) -> Path:

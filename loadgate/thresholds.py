@@ -53,7 +53,12 @@ from loadgate.metrics import LATENCY_METRICS, PERCENTILES
 
 
 class ThresholdError(UsageError):
-    """A threshold that does not parse or names an unknown metric (exit code 2)."""
+    """A threshold that does not parse or names an unknown metric (exit code 2); `reason` is the
+    message without the leading `threshold METRIC "TEXT":` (for the profile loader's own prefix)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message
 
 
 # Dimensions: which units a figure accepts (factor to the summary's unit) and how it is shown.
@@ -174,7 +179,7 @@ class _Parser:
             pos = m.end()
 
     def fail(self, reason: str) -> NoReturn:
-        raise ThresholdError(f'threshold {self.metric} "{_one_line(self.text)}": {reason}')
+        raise ThresholdError(f'threshold {self.metric} "{_one_line(self.text)}": {reason}', reason)
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None

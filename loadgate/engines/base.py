@@ -48,7 +48,6 @@ class GenRequest:
     logprobs: int | None = None  # how many top alternatives; None: no logprobs
     sampling: Sampling = Sampling()
     stream: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)  # merged into the body last
 
 
 @dataclass(slots=True)

@@ -48,7 +48,6 @@ class LlamaCppCompletion:
             body["stop"] = list(req.stop)
         if req.logprobs is not None:
             body["n_probs"] = req.logprobs
-        body.update(req.extra)
         return body
 
     @staticmethod

@@ -109,7 +109,6 @@ class _OpenAIBase:
         self._add_prompt(body, req)
         self._add_logprobs(body, req)
         self._add_engine(body, req)
-        body.update(req.extra)
         return body
 
     def _add_engine(self, body: dict[str, Any], req: GenRequest) -> None:

@@ -60,7 +60,6 @@ class SGLangGenerate:
         if req.logprobs is not None:
             body["return_logprob"] = True
             body["top_logprobs_num"] = req.logprobs
-        body.update(req.extra)
         return body
 
     def _finalize(self, d: Decoded, meta: dict[str, Any], lps: list[Any], tops: list[Any]) -> None:

@@ -49,7 +49,7 @@ def write_bundles(result: CheckResult, baseline: Baseline, out_dir: Path, *, fin
             "scenario": {"name": s.scenario, "in_flight_when_sent": s.in_flight, "send_order": s.order},
             "verdict": s.verdict, "meets_contract": s.passed, "why": s.why,
             "contract": result.contract.words(),
-            "route": s.observed.route, "api": s.observed.extra.get("api"), "request": s.observed.body,
+            "route": s.observed.route, "api": s.observed.api, "request": s.observed.body,
             "baseline": baseline.cases.get(s.case_id), "candidate": case_record(s.observed),
             "comparison": None if s.comparison is None else dataclasses.asdict(s.comparison),
             "fingerprints": {"candidate_hash": fingerprint_hash, "candidate": fingerprint,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -35,7 +35,7 @@ class Observed:
     decoded: Decoded
     order: int = 0  # position in the scenario's send order
     in_flight: int = 1  # requests in flight when this one was sent (itself included)
-    extra: dict[str, Any] = field(default_factory=dict)
+    api: str | None = None  # the adapter that sent it (bundles replay through the same one)
 
     def output(self) -> SeqOutput:
         d = self.decoded
@@ -95,7 +95,7 @@ class CaseSender:
         finally:
             self.in_flight -= 1
         d = decode(t.adapter, bool(body.get("stream", True)), raw)
-        return Observed(case.id, body, t.url, d, order, in_flight, {"sent_ns": raw.start_ns, "api": t.spec.api})
+        return Observed(case.id, body, t.url, d, order, in_flight, t.spec.api)
 
     async def send_all(self, cases: Sequence[Case], concurrency: int, tag: str) -> list[Observed]:
         """Send `cases` in order with `concurrency` requests in flight (closed loop)."""

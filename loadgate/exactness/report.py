@@ -50,9 +50,9 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
     p = j["positions"]
     note = ""
     if p["ids_only"]:
-        note = (f"; {p['ids_only']:,} on ids only ({p['placeholders']:,} positions where the engine returned "
-                "placeholder or no logprobs, e.g. llama-server's 0.0 with an empty top list for draft-accepted "
-                "tokens): those positions support no bit-exact claim")
+        note = (f"; {p['ids_only']:,} on ids only, where the engine gave no real logprob (in all, it marked "
+                f"{p['placeholders']:,} positions as placeholders, e.g. llama-server's 0.0 with an empty top list "
+                "for tokens of a speculative step): those positions support no bit-exact claim")
     lines.append(f"positions compared before each first divergence: {p['compared']:,} "
                  f"({p['logprob']:,} on logprob values{note})")
     s = j["speculation"]

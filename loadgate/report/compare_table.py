@@ -6,7 +6,6 @@ import csv
 import io
 from typing import Any
 
-import orjson
 from tabulate import tabulate
 
 from loadgate.compare import UNITS, FigureComparison
@@ -51,9 +50,9 @@ def as_table(comps: dict[str, FigureComparison], n_a: int, n_b: int) -> str:
     return head + "\n" + tabulate(_pretty(rows(comps)), headers=COLUMNS, tablefmt="simple", disable_numparse=True)
 
 
-def as_markdown(comps: dict[str, FigureComparison], n_a: int, n_b: int, verdict: str | None = None) -> str:
+def as_markdown(comps: dict[str, FigureComparison], n_a: int, n_b: int) -> str:
     body = tabulate(_pretty(rows(comps)), headers=COLUMNS, tablefmt="github", disable_numparse=True)
-    lines = [f"**Candidate vs baseline** ({n_b} vs {n_a} runs)" + (f": **{verdict}**" if verdict else ""), "", body]
+    lines = [f"**Candidate vs baseline** ({n_b} vs {n_a} runs)", "", body]
     words = [c.words() for c in comps.values() if c.ratio is not None and c.decision in ("improved", "regressed")]
     if words:
         lines += [""] + [f"- {w}" for w in words]
@@ -79,6 +78,3 @@ def to_json(comps: dict[str, FigureComparison], verdict: str | None = None) -> d
         "interval": c.ci, "p_mannwhitney": c.p_mannwhitney, "p_welch_log": c.p_welch_log, "decision": c.decision,
         "higher_is_better": c.higher_is_better, "words": c.words()} for n, c in comps.items()}})
 
-
-def as_json(comps: dict[str, FigureComparison], verdict: str | None = None) -> str:
-    return orjson.dumps(to_json(comps, verdict), option=orjson.OPT_INDENT_2).decode()

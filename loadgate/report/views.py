@@ -30,17 +30,15 @@ def _require_run(path: Path) -> None:
         raise UsageError(f"{path}: not a loadgate run folder (records.jsonl and meta.json expected)")
 
 
-def _render_comps(comps: dict[str, FigureComparison], fmt: str, n_a: int, n_b: int, verdict: str | None,
-                  title: str) -> str:
+def _render_comps(comps: dict[str, FigureComparison], fmt: str, n_a: int, n_b: int, title: str) -> str:
     if fmt == "json":
-        return orjson.dumps(ct.to_json(comps, verdict), option=orjson.OPT_INDENT_2).decode()
+        return orjson.dumps(ct.to_json(comps), option=orjson.OPT_INDENT_2).decode()
     if fmt == "csv":
         return ct.as_csv(comps)
     if fmt == "markdown":
-        return ct.as_markdown(comps, n_a, n_b, verdict)
+        return ct.as_markdown(comps, n_a, n_b)
     words = [f"  {c.words()}" for c in comps.values() if c.ratio is not None]
-    tail = f"\nverdict: {verdict}" if verdict else ""
-    return f"{title}\n{ct.as_table(comps, n_a, n_b)}\n" + "\n".join(words) + tail
+    return f"{title}\n{ct.as_table(comps, n_a, n_b)}\n" + "\n".join(words)
 
 
 def render_ab(run_dir: Path, fmt: str) -> str:
@@ -53,7 +51,7 @@ def render_ab(run_dir: Path, fmt: str) -> str:
     if fmt == "json":
         return orjson.dumps(clean({"verdict": verdict, "levels": {lv: ct.to_json(c) for lv, c in comps.items()}}),
                             option=orjson.OPT_INDENT_2).decode()
-    parts = [_render_comps(c, fmt, n_a, n_b, None, f"level {lv}: candidate (B) vs baseline (A), order "
+    parts = [_render_comps(c, fmt, n_a, n_b, f"level {lv}: candidate (B) vs baseline (A), order "
                            f"{' '.join(info['ab']['order'])}") for lv, c in comps.items()]
     return "\n\n".join(parts) + (f"\n\nverdict: {verdict}" if fmt in ("table", "markdown") else "")
 
@@ -151,7 +149,7 @@ def render_compare(runs: list[Path], fmt: str) -> str:
                 continue
             title = (f"{other.name} vs {ref.name} at level {lv} (one run each: intervals from resampling requests, "
                      "indicative only; use an `ab` profile for run-level statistics)")
-            out.append(_render_comps(comps, fmt, 1, 1, None, title))
+            out.append(_render_comps(comps, fmt, 1, 1, title))
     if not out and not docs:
         raise UsageError(f"no load level in common: {ref} has {', '.join(build_summary(ref)['levels'])}; "
                          f"compare runs measured at the same concurrency or rate")
