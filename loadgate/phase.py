@@ -85,8 +85,13 @@ async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *
 
 
 async def run_phase_here(spec: TargetSpec, plan: Plan, phase: Phase, writer: RecordWriter,
-                         on_done: Callable[[], None] | None = None) -> list[dict[str, Any]]:
-    """Run the phase on the current event loop; returns [health]."""
+                         on_done: Callable[[], None] | None = None, *,
+                         target: Target | None = None) -> list[dict[str, Any]]:
+    """Run the phase on the current event loop; returns [health]. With `target` (kept open by the
+    caller across phases) the measured phase reuses the connections its warmup opened."""
+    if target is not None:
+        return [await _drive(target, plan, phase, Recorder(target, writer, on_done), concurrency=None,
+                             next_index=None, start_ns=None, mine=lambda k: True)]
     return [await _run_in_loop(spec, plan, phase, writer, on_done, concurrency=None, next_index=None,
                                start_ns=None)]
 

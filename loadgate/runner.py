@@ -21,7 +21,7 @@ import aiohttp
 from tqdm import tqdm
 
 from loadgate import __version__
-from loadgate.attack import TargetSpec
+from loadgate.attack import Target, TargetSpec
 from loadgate.enginehttp import get_json
 from loadgate.engines import CHAT_APIS
 from loadgate.errors import (
@@ -103,11 +103,11 @@ def levels(profile: Profile) -> list[int | float]:
 
 
 async def _phase(spec: TargetSpec, profile: Profile, plan: Plan, pool: list[int], phase: Phase,
-                 run_dir: Path, writer: RecordWriter, bar: tqdm) -> list[dict[str, Any]]:
+                 run_dir: Path, writer: RecordWriter, bar: tqdm, target: Target | None) -> list[dict[str, Any]]:
     if profile.load.workers > 1:
         return await run_phase_workers(spec, profile, pool, phase, profile.load.workers, run_dir, writer,
                                        on_progress=bar.update)
-    return await run_phase_here(spec, plan, phase, writer, on_done=lambda: bar.update(1))
+    return await run_phase_here(spec, plan, phase, writer, on_done=lambda: bar.update(1), target=target)
 
 
 async def _run(profile: Profile, progress: bool) -> Path:
@@ -149,23 +149,30 @@ async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, m
                  disable=None if progress else True, leave=False) as bar:
         for level in levels(profile):
             tag = f"{run_dir.name}-L{level}"
-            if plan.n_warmup:
-                await _phase(spec, profile, plan, pool, Phase(plan.warmup_requests(), level, load.rate is not None,
-                             tag + "w", t0, load.max_in_flight), run_dir, writer, bar)
-            before = await scrape(session, metrics_url)
-            sampler = GaugeSampler(session, metrics_url)
-            if before is not None:
-                sampler.start()
+            # one process: warmup and measurement share the connections (the warmup opens them)
+            target = Target(spec, session) if load.workers == 1 else None
             try:
-                health[str(level)] = await _phase(
-                    spec, profile, plan, pool, Phase(plan.measured_requests(), level, load.rate is not None, tag,
-                                                     t0, load.max_in_flight, load.duration_s), run_dir, writer, bar)
+                if plan.n_warmup:
+                    await _phase(spec, profile, plan, pool, Phase(plan.warmup_requests(), level, load.rate is not None,
+                                 tag + "w", t0, load.max_in_flight), run_dir, writer, bar, target)
+                before = await scrape(session, metrics_url)
+                sampler = GaugeSampler(session, metrics_url)
+                if before is not None:
+                    sampler.start()
+                try:
+                    health[str(level)] = await _phase(
+                        spec, profile, plan, pool, Phase(plan.measured_requests(), level, load.rate is not None, tag,
+                                                         t0, load.max_in_flight, load.duration_s), run_dir, writer, bar,
+                        target)
+                finally:
+                    gauges = await sampler.stop()
+                after = await scrape(session, metrics_url)
+                server[str(level)] = {
+                    "before": None if before is None else snapshot_to_json(before),
+                    "after": None if after is None else snapshot_to_json(after), "gauges": gauges}
             finally:
-                gauges = await sampler.stop()
-            after = await scrape(session, metrics_url)
-            server[str(level)] = {
-                "before": None if before is None else snapshot_to_json(before),
-                "after": None if after is None else snapshot_to_json(after), "gauges": gauges}
+                if target is not None and target.pool is not None:
+                    target.pool.close()
     dump_json(run_dir / "server.json", server)
     dump_json(run_dir / "health.json", health)
 

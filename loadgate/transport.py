@@ -354,12 +354,14 @@ class Pool:
         self.ssl: ssl.SSLContext | None = ssl.create_default_context() if u.scheme == "https" else None
         self.path = (u.path or "/") + (f"?{u.query}" if u.query else "")
         self.idle: list[Conn] = []
+        self.opened = 0  # connections made so far (a measured phase should make none after its warmup)
 
     async def acquire(self) -> Conn:
         while self.idle:
             c = self.idle.pop()
             if not c.closed:
                 return c
+        self.opened += 1
         if self.ssl is None:
             return await SocketConn.open(self.host, self.port)
         loop = asyncio.get_running_loop()

@@ -148,3 +148,20 @@ def test_a_damaged_run_folder_is_a_one_line_error_naming_the_file(tmp_path):
     (run / "records.jsonl").write_text('{"v": 2, "i": 0}\n')
     with pytest.raises(UsageError, match=r"records\.jsonl:1: record schema v2 is not supported"):
         list(read_records(run / "records.jsonl"))
+
+
+def test_the_measured_phase_reuses_the_connections_its_warmup_opened(tmp_path, monkeypatch):
+    """Otherwise the first `concurrency` measured requests would carry a TCP connect in their TTFT."""
+    from loadgate import transport
+
+    pools: list[transport.Pool] = []
+    init = transport.Pool.__init__
+
+    def keep(self: transport.Pool, url: str) -> None:
+        init(self, url)
+        pools.append(self)
+
+    monkeypatch.setattr(transport.Pool, "__init__", keep)
+    with SimProcess(FAST) as sim:
+        run(profile_for(sim.url, tmp_path, requests=24, concurrency=4, warmup=12, osl=8))
+    assert len(pools) == 1 and pools[0].opened == 4
