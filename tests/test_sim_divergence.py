@@ -123,7 +123,7 @@ def test_run_to_run_flips_about_the_stated_share_of_repeated_requests_once_at_th
 
     runs = serve(cfg, go, timeout=60)
     differing = [r for r in runs if r != ref.ids]
-    assert 0.18 < len(differing) / len(runs) < 0.42  # 4 standard deviations around 0.3
+    assert 0.17 < len(differing) / len(runs) < 0.43  # 4 sd (0.032 for 200 draws) around 0.3: 6e-5 false failures
     for r in differing:
         assert first_divergence(ref.ids, r) == first_near and r[first_near] == ref.runner_up[first_near]
     assert serve(fast_cfg(), go, timeout=60) == [ref.ids] * 200
