@@ -89,13 +89,6 @@ def load_vllm_helper() -> Any:
     return mod
 
 
-def models_paths(vpy: Path) -> dict[str, str]:
-    out = subprocess.run([str(vpy), str(ENGINES / "make_models.py"), "--paths"], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"no tiny models: {out.stderr.strip()}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
 def write_profile(work: Path, name: str, url: str, declared: dict[str, str], args: argparse.Namespace,
                   baseline: str | None, *, seed: int = 1, transport: str = "socket") -> Path:
     corpus = work / "corpus.jsonl"
@@ -192,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     vllm = load_vllm_helper()
     vpy = vllm.venv_python()
-    models = models_paths(vpy)
+    models = vllm.models_from_make_models()
     declared = vllm.declared_for(vllm.VARIANTS["plain"], models["target"], None)
     server = None
     if args.url is None:

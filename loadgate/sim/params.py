@@ -44,7 +44,7 @@ class SglangOptions:
     rid: str | None = None
 
 
-def _get(body: dict, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+def body_field(body: dict, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
     v = body.get(key, default)
     if v is None:
         return default
@@ -58,7 +58,7 @@ def _get(body: dict, key: str, kind: type | tuple[type, ...], default: Any) -> A
 
 
 def _int(body: dict, key: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
-    v = _get(body, key, int, default)
+    v = body_field(body, key, int, default)
     if v is not None and (v < lo or (hi is not None and v > hi)):
         rng = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
         raise bad_request(f"{key} must be {rng}, got {v}", key)
@@ -84,7 +84,7 @@ def _ids(v: Any, key: str) -> tuple[int, ...]:
 
 
 def _temperature(body: dict, greedy_below: float) -> float:
-    t = float(_get(body, "temperature", (int, float), 1.0))
+    t = float(body_field(body, "temperature", (int, float), 1.0))
     if t < 0:
         raise bad_request(f"temperature must be non-negative, got {t}", "temperature")
     return 0.0 if t < greedy_below else t
@@ -122,21 +122,21 @@ def check_model(body: dict, cfg: SimConfig) -> None:
 
 
 def _openai_common(body: dict) -> None:
-    if _get(body, "n", int, 1) != 1 or _get(body, "best_of", int, 1) != 1:
+    if body_field(body, "n", int, 1) != 1 or body_field(body, "best_of", int, 1) != 1:
         raise bad_request("the simulator serves n=1 only", "n")
-    if _get(body, "echo", bool, False):
+    if body_field(body, "echo", bool, False):
         raise bad_request("echo is not supported by the simulator", "echo")
 
 
 def _openai_options(body: dict) -> OpenAIOptions:
-    so = _get(body, "stream_options", dict, {})
-    include = bool(_get(so, "include_usage", bool, False))
+    so = body_field(body, "stream_options", dict, {})
+    include = bool(body_field(so, "include_usage", bool, False))
     return OpenAIOptions(
-        stream=_get(body, "stream", bool, False),
+        stream=body_field(body, "stream", bool, False),
         include_usage=include,
-        continuous_usage=include and bool(_get(so, "continuous_usage_stats", bool, False)),
-        return_token_ids=_get(body, "return_token_ids", bool, False),
-        tokens_as_ids=_get(body, "return_tokens_as_token_ids", bool, False),
+        continuous_usage=include and bool(body_field(so, "continuous_usage_stats", bool, False)),
+        return_token_ids=body_field(body, "return_token_ids", bool, False),
+        tokens_as_ids=body_field(body, "return_tokens_as_token_ids", bool, False),
     )
 
 
@@ -162,11 +162,11 @@ def parse_completion(body: dict, cfg: SimConfig, tk: Tokenizer) -> tuple[GenPara
     _check_max_tokens(max_tokens, len(prompt), cfg)
     params = GenParams(
         prompt_ids=prompt, max_tokens=max_tokens,
-        ignore_eos=_get(body, "ignore_eos", bool, False), stop=_stops(body.get("stop")),
+        ignore_eos=body_field(body, "ignore_eos", bool, False), stop=_stops(body.get("stop")),
         stop_token_ids=_ids(body.get("stop_token_ids"), "stop_token_ids"),
-        temperature=_temperature(body, 1e-5), seed=_get(body, "seed", int, None),
+        temperature=_temperature(body, 1e-5), seed=body_field(body, "seed", int, None),
         logprobs=_int(body, "logprobs", None, 0, MAX_LOGPROBS),
-        skip_special_tokens=_get(body, "skip_special_tokens", bool, True))
+        skip_special_tokens=body_field(body, "skip_special_tokens", bool, True))
     return params, _openai_options(body)
 
 
@@ -175,23 +175,23 @@ def parse_chat(body: dict, cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, Op
     check_model(body, cfg)
     _openai_common(body)
     ids = chat_prompt_ids(tk, body.get("messages"), body.get("tools"),
-                          _get(body, "add_generation_prompt", bool, True))
+                          body_field(body, "add_generation_prompt", bool, True))
     prompt = _check_prompt(tk, ids, cfg)
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = _int(body, key, cfg.max_model_len - len(prompt), 1)
     assert max_tokens is not None
     _check_max_tokens(max_tokens, len(prompt), cfg, key)
-    want_lp = _get(body, "logprobs", bool, False)
+    want_lp = body_field(body, "logprobs", bool, False)
     top = _int(body, "top_logprobs", None, 0, MAX_LOGPROBS)
     if top is not None and top > 0 and not want_lp:
         raise bad_request("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
     params = GenParams(
         prompt_ids=prompt, max_tokens=max_tokens,
-        ignore_eos=_get(body, "ignore_eos", bool, False), stop=_stops(body.get("stop")),
+        ignore_eos=body_field(body, "ignore_eos", bool, False), stop=_stops(body.get("stop")),
         stop_token_ids=_ids(body.get("stop_token_ids"), "stop_token_ids"),
-        temperature=_temperature(body, 1e-5), seed=_get(body, "seed", int, None),
+        temperature=_temperature(body, 1e-5), seed=body_field(body, "seed", int, None),
         logprobs=(top or 0) if want_lp else None,
-        skip_special_tokens=_get(body, "skip_special_tokens", bool, True))
+        skip_special_tokens=body_field(body, "skip_special_tokens", bool, True))
     return params, _openai_options(body)
 
 
@@ -204,21 +204,21 @@ def parse_generate(body: dict, cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams
     else:
         raise bad_request("either text (a string) or input_ids (a list of ints) is required", "text")
     prompt = _check_prompt(tk, ids, cfg)
-    sp = _get(body, "sampling_params", dict, {})
+    sp = body_field(body, "sampling_params", dict, {})
     max_tokens = _int(sp, "max_new_tokens", 128, 0)
     assert max_tokens is not None
     if max_tokens == 0:
         raise bad_request("max_new_tokens must be at least 1 in the simulator", "max_new_tokens")
     _check_max_tokens(max_tokens, len(prompt), cfg, "max_new_tokens")
-    return_logprob = _get(body, "return_logprob", bool, False)
+    return_logprob = body_field(body, "return_logprob", bool, False)
     top_n = _int(body, "top_logprobs_num", 0, 0, MAX_LOGPROBS) or 0
     rid = body.get("rid")
     params = GenParams(
         prompt_ids=prompt, max_tokens=max_tokens,
-        ignore_eos=_get(sp, "ignore_eos", bool, False), stop=_stops(sp.get("stop")),
+        ignore_eos=body_field(sp, "ignore_eos", bool, False), stop=_stops(sp.get("stop")),
         stop_token_ids=_ids(sp.get("stop_token_ids"), "stop_token_ids"),
-        temperature=_temperature(sp, 1e-6), seed=_get(sp, "sampling_seed", int, None),
+        temperature=_temperature(sp, 1e-6), seed=body_field(sp, "sampling_seed", int, None),
         logprobs=top_n if return_logprob else None,
-        skip_special_tokens=_get(sp, "skip_special_tokens", bool, True))
-    return params, SglangOptions(_get(body, "stream", bool, False), return_logprob, top_n,
+        skip_special_tokens=body_field(sp, "skip_special_tokens", bool, True))
+    return params, SglangOptions(body_field(body, "stream", bool, False), return_logprob, top_n,
                                  rid if isinstance(rid, str) else None)

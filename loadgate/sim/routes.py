@@ -21,7 +21,14 @@ from loadgate.sim.chat import chat_prompt_ids
 from loadgate.sim.errors import ApiError, bad_request
 from loadgate.sim.metrics import render_metrics
 from loadgate.sim.openai_format import ChatFormatter, CompletionFormatter, OpenAIFormatter
-from loadgate.sim.params import OpenAIOptions, check_model, parse_chat, parse_completion, parse_generate
+from loadgate.sim.params import (
+    OpenAIOptions,
+    body_field,
+    check_model,
+    parse_chat,
+    parse_completion,
+    parse_generate,
+)
 from loadgate.sim.sequence import GenParams
 from loadgate.sim.serving import Job, SimState, handle_generation, read_json_object
 from loadgate.sim.sglang_format import GenerateFormatter
@@ -102,7 +109,7 @@ async def tokenize(request: web.Request) -> web.Response:
         check_model(body, st.cfg)
         if "messages" in body:
             ids = chat_prompt_ids(st.tokenizer, body["messages"], body.get("tools"),
-                                  bool(body.get("add_generation_prompt", True)))
+                                  body_field(body, "add_generation_prompt", bool, True))
         elif isinstance(body.get("prompt"), str):
             ids = st.tokenizer.encode(body["prompt"])
         else:

@@ -179,7 +179,8 @@ def start(v: Variant | str, models: dict[str, str], **kw: Any) -> Server:
     return make_server(v, models, **kw).start()
 
 
-def _models_from_make_models() -> dict[str, str]:
+def models_from_make_models() -> dict[str, str]:
+    """The paths of the cached tiny models (`make_models.py --paths`); exits with the reason if none."""
     import subprocess
 
     here = Path(__file__).resolve().parent
@@ -199,7 +200,7 @@ if __name__ == "__main__":  # pragma: no cover - manual use
     if name not in VARIANTS:
         raise SystemExit(f"usage: python scripts/engines/vllm.py [{'|'.join(VARIANTS)}]")
     signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops the server too
-    srv = start(name, _models_from_make_models())
+    srv = start(name, models_from_make_models())
     print(f"{srv.url} (pid {srv.pid}, log {srv.log_path}, ready in {srv.ready_s:.1f} s)", flush=True)
     print(json.dumps(srv.info["declared"], indent=2))
     try:
