@@ -96,15 +96,14 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
     try:
         async with asyncio.timeout(t.spec.timeout_s):
             for attempt in (0, 1):
-                reused = bool(pool.idle)
-                conn = await pool.acquire()
+                conn, reused = await pool.acquire(fresh=attempt > 0)
                 done = conn.begin()
                 try:
                     await conn.send(wire)
                     await done
                     break
                 except (ConnectionResetError, BrokenPipeError):
-                    # a kept-alive connection the server had already closed: retry once, fresh
+                    # a kept-alive connection the server closed as we sent: once more, on a new one
                     if attempt == 0 and reused and not conn.reads:
                         pool.release(conn, reusable=False)
                         conn = None

@@ -14,6 +14,12 @@ path too with `load.transport: aiohttp`.
 
 Supported: HTTP/1.1 over TCP or TLS, keep-alive connection reuse (a pool per host), responses
 framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close.
+
+Keep-alive as servers really do it: llama-server (cpp-httplib) closes a connection idle for 5 s
+and answers its 100th request with `Connection: close`. A connection the server asked to close is
+not reused; one idle longer than the server's `Keep-Alive: timeout=` (less a margin) is dropped;
+an idle one is checked for a pending close before reuse; and a request that finds its reused
+connection already closed (nothing received) is sent again once, on a new connection.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ _HDR_END = b"\r\n\r\n"
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; Python does not export it
 _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
 READ_SIZE = 1 << 18
+IDLE_MARGIN_NS = 1_000_000_000  # drop an idle connection this long before the server's keep-alive timeout
 
 
 class ChunkWalker:
@@ -99,6 +106,9 @@ class _Framing:
         self.reads: list[tuple[int, bytes]] = []
         self.done: asyncio.Future[None] | None = None
         self.closed = False
+        self.keep_alive = True  # False once a response says `Connection: close` (or is close-delimited)
+        self.idle_limit_ns: int | None = None  # from the server's `Keep-Alive: timeout=N`
+        self.idle_since_ns = 0
         self.user_lag_max_ns = 0  # largest (user-space read time - stamp): how busy the loop was
         self._reset()
 
@@ -145,6 +155,7 @@ class _Framing:
 
     def _frame(self, head: bytes) -> None:
         low = head.lower()
+        self._connection_headers(low)
         if b"transfer-encoding: chunked" in low:
             self._mode = 1
             return
@@ -154,9 +165,24 @@ class _Framing:
             self._left = int(low[k + 15:].split(b"\r\n", 1)[0].strip())
         else:
             self._mode = 3
+            self.keep_alive = False  # the body ends when the server closes
         status = head[9:12]
         if status in (b"204", b"304") or (self._mode == 2 and self._left == 0):
             self._finish()
+
+    def _connection_headers(self, low: bytes) -> None:
+        """Whether the server lets this connection carry another request, and for how long idle."""
+        k = low.find(b"\r\nconnection:")
+        if k >= 0 and b"close" in low[k + 13:].split(b"\r\n", 1)[0]:
+            self.keep_alive = False
+        elif low.startswith(b"http/1.0") and (k < 0 or b"keep-alive" not in low[k + 13:].split(b"\r\n", 1)[0]):
+            self.keep_alive = False
+        k = low.find(b"\r\nkeep-alive:")
+        if k >= 0:
+            for part in low[k + 13:].split(b"\r\n", 1)[0].split(b","):
+                name, _, value = part.strip().partition(b"=")
+                if name == b"timeout" and value.strip().isdigit():
+                    self.idle_limit_ns = int(value.strip()) * 1_000_000_000
 
     def _confirm_end(self) -> None:
         """Walk the chunk framing of the reads not walked yet (only on a candidate ending, and
@@ -263,6 +289,18 @@ class SocketConn(_Framing):
         """Between exchanges: stop watching the socket (a close is noticed at the next use)."""
         self._stop_reading()
 
+    def alive(self) -> bool:
+        """Before reuse: no close (EOF), error or stray bytes waiting on the socket."""
+        if self.closed:
+            return False
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        return False  # EOF, or bytes nobody asked for: either way not a clean connection
+
     def close(self) -> None:
         self._stop_reading()
         self.closed = True
@@ -293,6 +331,9 @@ class ProtocolConn(_Framing, asyncio.Protocol):
 
     def idle(self) -> None:
         pass
+
+    def alive(self) -> bool:
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
 
     def close(self) -> None:
         self.closed = True
@@ -356,11 +397,18 @@ class Pool:
         self.idle: list[Conn] = []
         self.opened = 0  # connections made so far (a measured phase should make none after its warmup)
 
-    async def acquire(self) -> Conn:
-        while self.idle:
+    async def acquire(self, fresh: bool = False) -> tuple[Conn, bool]:
+        """A connection and whether it is a reused one. `fresh`: open a new one regardless."""
+        now = perf_counter_ns()
+        while self.idle and not fresh:
             c = self.idle.pop()
-            if not c.closed:
-                return c
+            limit = c.idle_limit_ns
+            if (limit is None or now - c.idle_since_ns < limit - IDLE_MARGIN_NS) and c.alive():
+                return c, True
+            c.close()
+        return await self._open(), False
+
+    async def _open(self) -> Conn:
         self.opened += 1
         if self.ssl is None:
             return await SocketConn.open(self.host, self.port)
@@ -369,8 +417,9 @@ class Pool:
         return conn
 
     def release(self, c: Conn, reusable: bool) -> None:
-        if reusable and not c.closed:
+        if reusable and c.keep_alive and not c.closed:
             c.idle()
+            c.idle_since_ns = perf_counter_ns()
             self.idle.append(c)
         else:
             c.close()

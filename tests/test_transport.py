@@ -78,7 +78,7 @@ def test_a_real_exchange_over_loopback_reuses_the_connection():
         pool = Pool(f"http://127.0.0.1:{port}/v1/completions")
         conns = []
         for body in (b'{"a":1}', b'{"b":2}'):
-            c = await pool.acquire()
+            c, _ = await pool.acquire()
             assert isinstance(c, SocketConn)
             conns.append(id(c))
             done = c.begin()
@@ -97,3 +97,89 @@ def test_a_real_exchange_over_loopback_reuses_the_connection():
 
     seen, distinct = asyncio.run(main())
     assert seen == [b'{"a":1}', b'{"b":2}'] and distinct == 1
+
+
+def _cpp_httplib_like(idle_close_s: float, max_per_conn: int, keep_alive_header: str | None):
+    """A loopback server that keeps connections alive the way llama-server's cpp-httplib does:
+    it closes one idle for `idle_close_s` (silently), and answers a connection's `max_per_conn`-th
+    request with `Connection: close` and closes it."""
+    stats = {"connections": 0, "requests": 0}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        stats["connections"] += 1
+        try:
+            for k in range(1, max_per_conn + 1):
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), idle_close_s)
+                except (TimeoutError, asyncio.IncompleteReadError):
+                    return
+                n = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(n)
+                stats["requests"] += 1
+                conn = b"Connection: close\r\n" if k == max_per_conn else (
+                    b"Keep-Alive: %b\r\n" % keep_alive_header.encode() if keep_alive_header else b"")
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n" + conn + b"\r\n"
+                             + chunked([b"data: x\n\n"]))
+                await writer.drain()
+        finally:
+            writer.close()
+
+    return handle, stats
+
+
+def _against(handle, rounds: list[tuple[int, float]]) -> tuple[list[str | None], int]:
+    """Serve `handle` on loopback (in a thread) and send `rounds` of (requests in flight, seconds
+    to pause afterwards) through one Target. Returns each request's error kind (None when it
+    succeeded) and the connections the pool opened."""
+    import threading
+
+    from loadgate.attack import Target, TargetSpec, fetch, finish_socket, make_session
+
+    server_loop = asyncio.new_event_loop()
+    server = server_loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+    port = server.sockets[0].getsockname()[1]
+    th = threading.Thread(target=server_loop.run_forever, daemon=True)
+    th.start()
+
+    async def main() -> tuple[list[str | None], int]:
+        session = make_session()
+        t = Target(TargetSpec(f"http://127.0.0.1:{port}", "openai-completions", "m", 5.0), session)
+        errors: list[str | None] = []
+        for n, pause in rounds:
+            raws = await asyncio.gather(*(fetch(t, b"{}", f"r{i}") for i in range(n)))
+            for raw in raws:
+                finish_socket(raw)
+                errors.append(raw.error.kind if raw.error else None)
+                assert raw.error is not None or raw.reads[0][1] == b"data: x\n\n"
+            await asyncio.sleep(pause)
+        assert t.pool is not None
+        opened = t.pool.opened
+        t.pool.close()
+        await session.close()
+        return errors, opened
+
+    try:
+        return asyncio.run(main())
+    finally:
+        server_loop.call_soon_threadsafe(server_loop.stop)
+        th.join(5)
+
+
+def test_connections_the_server_closed_while_idle_are_not_reused():
+    """Four connections outlive the server's idle limit; then one request, then four. Before the
+    fix the one request took a stale connection, retried on a second stale one, and failed."""
+    handle, stats = _cpp_httplib_like(0.2, 100, None)
+    errors, opened = _against(handle, [(4, 0.5), (1, 0.5), (4, 0.0)])
+    assert errors == [None] * 9
+    assert opened == 9 and stats["requests"] == 9  # new connections each round; nothing sent twice
+
+
+def test_connection_close_and_the_advertised_idle_timeout_are_honoured():
+    """`Connection: close` on every 2nd response: that connection is not reused. A round that
+    follows within the advertised `Keep-Alive: timeout=` reuses; one after it opens new ones."""
+    handle, stats = _cpp_httplib_like(30.0, 2, "timeout=2, max=2")
+    # round 1 opens 3; round 2 reuses them (their 2nd request, answered with close); round 3
+    # opens 3 new ones; after 1.2 s (past 2 s less the 1 s margin) round 4 opens 3 more
+    errors, opened = _against(handle, [(3, 0.0), (3, 0.0), (3, 1.2), (3, 0.0)])
+    assert errors == [None] * 12
+    assert opened == 9 and stats["connections"] == 9 and stats["requests"] == 12
