@@ -15,11 +15,13 @@ path too with `load.transport: aiohttp`.
 Supported: HTTP/1.1 over TCP or TLS, keep-alive connection reuse (a pool per host), responses
 framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close.
 
-Keep-alive as servers really do it: llama-server (cpp-httplib) closes a connection idle for 5 s
-and answers its 100th request with `Connection: close`. A connection the server asked to close is
-not reused; one idle longer than the server's `Keep-Alive: timeout=` (less a margin) is dropped;
-an idle one is checked for a pending close before reuse; and a request that finds its reused
-connection already closed (nothing received) is sent again once, on a new connection.
+Keep-alive as servers really do it: llama-server (cpp-httplib) advertises `Keep-Alive: timeout=5,
+max=100`, yet closes the connection after every streamed response (0.3.36: the last chunk, then
+EOF), closes one idle for 5 s, and answers a 100th request with `Connection: close`. So against it
+each streamed request pays a connect, as it would from any client. A connection the server asked
+to close is not reused; one idle longer than the server's `Keep-Alive: timeout=` less a margin is
+dropped; an idle one is checked for a pending close before reuse; and a request that finds its
+reused connection closed with nothing received is sent again once, on a new connection.
 """
 
 from __future__ import annotations
