@@ -79,6 +79,7 @@ class Raw:
     socket_reads: list[tuple[int, bytes]] | None = None  # raw transport: parsed after the fact
     stamp_source: str = "user"  # "kernel": SO_TIMESTAMPNS receive times; "user": when the loop read
     read_lag_max_ns: int = 0  # largest delay between a kernel stamp and the loop reading the data
+    new_connection: bool | None = None  # raw transport: the request opened its connection (None: unknown)
 
 
 async def fetch(t: Target, body: bytes, request_id: str) -> Raw:
@@ -97,6 +98,7 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
         async with asyncio.timeout(t.spec.timeout_s):
             for attempt in (0, 1):
                 conn, reused = await pool.acquire(fresh=attempt > 0)
+                raw.new_connection = not reused
                 done = conn.begin()
                 try:
                     await conn.send(wire)
@@ -206,7 +208,7 @@ def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: f
         "chunk_ns": [c.t_ns - raw.start_ns for c in d.chunks],
         "chunk_tokens": [c.n_tokens for c in d.chunks],
         "token_source": d.token_source, "finish_reason": d.finish_reason,
-        "stamp": raw.stamp_source, "read_lag_max_ns": raw.read_lag_max_ns,
+        "stamp": raw.stamp_source, "read_lag_max_ns": raw.read_lag_max_ns, "new_connection": raw.new_connection,
         "spec": None if d.spec is None else {
             "source": d.spec.source, "verify_steps": d.spec.verify_steps,
             "draft_tokens": d.spec.draft_tokens, "accepted": d.spec.accepted,

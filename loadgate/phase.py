@@ -7,8 +7,9 @@ With `load.workers: N` the phase runs in N processes, each with its own loop and
   number in flight are those of a single closed loop;
 - open loop: request k goes to worker k % N, each starting its share at the same absolute
   intended times (`perf_counter_ns` is one system-wide monotonic clock on Linux).
-Each worker writes its own part file; the parent appends the parts to `records.jsonl` after the
-phase. Workers rebuild the (pure, lazy) plan from the profile and token pool instead of receiving
+The workers live for a whole load level (`WorkerGroup`): its warmup and measured phases run in
+the same processes on the same connections. Each worker writes its own part file per phase; the
+parent appends the parts to `records.jsonl` after the phase. Workers rebuild the (pure, lazy) plan from the profile and token pool instead of receiving
 it, so nothing large crosses process boundaries.
 """
 
@@ -17,16 +18,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import multiprocessing as mp
-import threading
+import queue
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
+from loadgate import errors
 from loadgate.attack import Recorder, Target, TargetSpec, closed_loop, make_session, open_loop
 from loadgate.health import HealthMonitor
-from loadgate.jsonutil import dump_json, load_json
 from loadgate.plan import Plan, build_plan
 from loadgate.profile import Profile
 from loadgate.records import RecordWriter
@@ -45,21 +46,6 @@ class Phase:
 
 def _share(total: int, n: int, j: int) -> int:
     return total // n + (1 if j < total % n else 0)
-
-
-async def _run_in_loop(spec: TargetSpec, plan: Plan, phase: Phase, writer: RecordWriter,
-                       on_done: Callable[[], None] | None, *, concurrency: int | None,
-                       next_index: Callable[[], int | None] | None, start_ns: int | None,
-                       mine: Callable[[int], bool] = lambda k: True) -> dict[str, Any]:
-    async with make_session(spec.headers) as session:
-        target = Target(spec, session)
-        recorder = Recorder(target, writer, on_done)
-        try:
-            return await _drive(target, plan, phase, recorder, concurrency=concurrency,
-                                next_index=next_index, start_ns=start_ns, mine=mine)
-        finally:
-            if target.pool is not None:
-                target.pool.close()
 
 
 async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *, concurrency: int | None,
@@ -84,93 +70,146 @@ async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *
     return await monitor.stop()
 
 
-async def run_phase_here(spec: TargetSpec, plan: Plan, phase: Phase, writer: RecordWriter,
-                         on_done: Callable[[], None] | None = None, *,
-                         target: Target | None = None) -> list[dict[str, Any]]:
-    """Run the phase on the current event loop; returns [health]. With `target` (kept open by the
-    caller across phases) the measured phase reuses the connections its warmup opened."""
-    if target is not None:
-        return [await _drive(target, plan, phase, Recorder(target, writer, on_done), concurrency=None,
-                             next_index=None, start_ns=None, mine=lambda k: True)]
-    return [await _run_in_loop(spec, plan, phase, writer, on_done, concurrency=None, next_index=None,
-                               start_ns=None)]
+async def run_phase_here(target: Target, plan: Plan, phase: Phase, writer: RecordWriter,
+                         on_done: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """Run the phase on the current event loop; returns [health]. The caller keeps `target` open
+    across a level's phases, so the measured phase reuses the connections its warmup opened."""
+    return [await _drive(target, plan, phase, Recorder(target, writer, on_done), concurrency=None,
+                         next_index=None, start_ns=None, mine=lambda k: True)]
 
 
-def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], phase: Phase,
-            part: str, counter: Any, done: Any, ready: Any, go: Any, start: Any, health_path: str) -> None:
+class WorkerGroup:
+    """`n` load worker processes kept for one load level, so its warmup and measured phases run in
+    the same processes on the same connections (the warmup opens them; measured requests do not pay
+    a connect). Each worker has an inbox; all report on one outbox: parent -> (phase, part file);
+    worker -> ("ready", j); parent -> start time; worker -> ("done", j, health) or
+    ("error", j, kind, message). None in an inbox ends that worker."""
+
+    def __init__(self, spec: TargetSpec, profile: Profile, pool: list[int], n: int, run_dir: Path) -> None:
+        self.n, self.run_dir = n, run_dir
+        ctx = mp.get_context("spawn")
+        self.counter, self.done = ctx.Value("q", 0), ctx.Value("q", 0)
+        self.inboxes = [ctx.Queue() for _ in range(n)]
+        self.outbox = ctx.Queue()
+        self.procs = [ctx.Process(target=_worker, args=(j, n, spec, profile, pool, self.inboxes[j], self.outbox,
+                                                        self.counter, self.done), daemon=True)
+                      for j in range(n)]
+        for p in self.procs:
+            p.start()
+
+    async def _collect(self, kind: str, timeout_s: float | None,
+                       on_progress: Callable[[int], None] | None = None) -> dict[int, Any]:
+        """Wait for one `kind` message from every worker; a worker's error is raised here."""
+        got: dict[int, Any] = {}
+        seen = 0
+        deadline = None if timeout_s is None else perf_counter_ns() + int(timeout_s * 1e9)
+        while len(got) < self.n:
+            try:
+                msg = self.outbox.get_nowait()
+            except queue.Empty:
+                msg = None
+            if on_progress and self.done.value > seen:
+                on_progress(self.done.value - seen)
+                seen = self.done.value
+            if msg is None:
+                dead = [p.exitcode for j, p in enumerate(self.procs) if j not in got and not p.is_alive()]
+                if dead:
+                    raise RuntimeError(f"{len(dead)} load worker(s) ended unexpectedly (exit codes {dead})")
+                if deadline is not None and perf_counter_ns() > deadline:
+                    raise RuntimeError(f"load workers not {kind} within {timeout_s:g} s")
+                await asyncio.sleep(0.05)
+                continue
+            if msg[0] == "error":
+                raise _worker_error(msg[1], msg[2], msg[3])
+            got[msg[1]] = msg[2] if len(msg) > 2 else None
+        return got
+
+    async def run(self, phase: Phase, writer: RecordWriter,
+                  on_progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+        """Run one phase across the workers; append their records to `writer`'s file."""
+        self.counter.value, self.done.value = phase.indices.start, 0
+        parts = [self.run_dir / f".part-{phase.run_tag}-{j}.jsonl" for j in range(self.n)]
+        try:
+            for j, box in enumerate(self.inboxes):
+                box.put((phase, str(parts[j])))
+            await self._collect("ready", 120.0)
+            start = perf_counter_ns() + 20_000_000  # every worker is ready: start 20 ms from now
+            for box in self.inboxes:
+                box.put(start)
+            health = await self._collect("done", None, on_progress)
+        finally:
+            for part in parts:  # what was recorded is kept, even when a worker failed
+                if part.exists():
+                    writer.append_file(part)
+                    part.unlink()
+        return [health[j] for j in range(self.n)]
+
+    def close(self) -> None:
+        for box in self.inboxes:
+            box.put(None)
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+def _worker_error(j: int, kind: str, message: str) -> Exception:
+    """A worker's exception, rebuilt in the parent: loadgate's own errors keep their exit code."""
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, errors.LoadgateError):
+        return errors.UsageError(message) if issubclass(cls, errors.UsageError) else cls(message)
+    return RuntimeError(f"load worker {j}: {kind}: {message}")
+
+
+def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any, outbox: Any,
+            counter: Any, done: Any) -> None:
     from loadgate.runner import run_async  # late import: the child process's own loop
 
-    plan = build_plan(profile, pool)
-    end = phase.indices.stop
+    try:
+        run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done))
+    except BaseException as e:  # reported to the parent, which prints one line; no traceback here
+        msg = e.message if isinstance(e, errors.LoadgateError) else str(e)
+        outbox.put(("error", j, type(e).__name__, msg))
 
-    def next_index() -> int | None:
-        with counter.get_lock():
-            k = counter.value
-            if k >= end:
-                return None
-            counter.value = k + 1
-            return int(k)
+
+async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any,
+                       outbox: Any, counter: Any, done: Any) -> None:
+    plan = build_plan(profile, pool)
+    loop = asyncio.get_running_loop()
 
     def on_done() -> None:
         with done.get_lock():
             done.value += 1
 
-    ready.wait()
-    go.wait()
-    conc = _share(int(phase.level), n, j) if not phase.open_loop else None
-    p = phase if not phase.open_loop or not phase.max_in_flight else \
-        Phase(phase.indices, phase.level, True, phase.run_tag, phase.t0_ns,
-              max(1, _share(phase.max_in_flight, n, j)), phase.duration_s)
-    with RecordWriter(Path(part)) as writer:
-        if conc == 0:
-            health: dict[str, Any] = {}
-        else:
-            health = run_async(_run_in_loop(spec, plan, p, writer, on_done, concurrency=conc,
-                                            next_index=None if phase.open_loop else next_index,
-                                            start_ns=start.value, mine=lambda k: k % n == j))
-    dump_json(Path(health_path), health)
+    async with make_session(spec.headers) as session:
+        target = Target(spec, session)  # one pool for every phase this worker runs
+        try:
+            while (msg := await loop.run_in_executor(None, inbox.get)) is not None:
+                phase, part = msg
+                end = phase.indices.stop
 
+                def next_index(end: int = end) -> int | None:
+                    with counter.get_lock():
+                        k = counter.value
+                        if k >= end:
+                            return None
+                        counter.value = k + 1
+                        return int(k)
 
-async def run_phase_workers(spec: TargetSpec, profile: Profile, pool: list[int], phase: Phase, n: int,
-                            run_dir: Path, writer: RecordWriter,
-                            on_progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-    """Run the phase in `n` worker processes; append their records to `writer`'s file."""
-    ctx = mp.get_context("spawn")
-    counter, done = ctx.Value("q", phase.indices.start), ctx.Value("q", 0)
-    ready, go, start = ctx.Barrier(n + 1), ctx.Event(), ctx.Value("q", 0)
-    parts = [run_dir / f".part-{phase.run_tag}-{j}.jsonl" for j in range(n)]
-    healths = [run_dir / f".health-{phase.run_tag}-{j}.json" for j in range(n)]
-    procs = [ctx.Process(target=_worker, args=(j, n, spec, profile, pool, phase, str(parts[j]), counter, done,
-                                               ready, go, start, str(healths[j])), daemon=False)
-             for j in range(n)]
-    for p in procs:
-        p.start()
-    loop = asyncio.get_running_loop()
-    try:
-        await loop.run_in_executor(None, ready.wait, 120.0)
-    except threading.BrokenBarrierError:
-        for p in procs:
-            p.kill()
-        raise RuntimeError("load workers did not start within 120 s") from None
-    start.value = perf_counter_ns() + 20_000_000  # every worker is up: start 20 ms from now
-    go.set()
-    seen = 0
-    while any(p.is_alive() for p in procs):
-        await asyncio.sleep(0.2)
-        if on_progress and done.value > seen:
-            on_progress(done.value - seen)
-            seen = done.value
-    if on_progress and done.value > seen:
-        on_progress(done.value - seen)
-    bad = [p.exitcode for p in procs if p.exitcode != 0]
-    out: list[dict[str, Any]] = []
-    for part, hp in zip(parts, healths, strict=True):
-        if part.exists():
-            writer.append_file(part)
-            part.unlink()
-        if hp.exists():
-            out.append(load_json(hp))
-            hp.unlink()
-    if bad:
-        raise RuntimeError(f"{len(bad)} load worker(s) failed (exit codes {bad})")
-    return out
+                outbox.put(("ready", j))
+                start_ns = await loop.run_in_executor(None, inbox.get)
+                conc = _share(int(phase.level), n, j) if not phase.open_loop else None
+                p = phase if not phase.open_loop or not phase.max_in_flight else \
+                    Phase(phase.indices, phase.level, True, phase.run_tag, phase.t0_ns,
+                          max(1, _share(phase.max_in_flight, n, j)), phase.duration_s)
+                health: dict[str, Any] = {}
+                with RecordWriter(Path(part)) as writer:
+                    if conc != 0:
+                        health = await _drive(target, plan, p, Recorder(target, writer, on_done), concurrency=conc,
+                                              next_index=None if phase.open_loop else next_index,
+                                              start_ns=start_ns, mine=lambda k: k % n == j)
+                outbox.put(("done", j, health))
+        finally:
+            if target.pool is not None:
+                target.pool.close()

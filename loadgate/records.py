@@ -30,6 +30,9 @@ Schema version 1 — fields of one record:
                      client's loop read the data)
   read_lag_max_ns    kernel stamps only: the longest wait between data reaching the socket and
                      the client's loop reading it (how busy the client was)
+  new_connection     true when the request opened a TCP connection first (its TTFT includes the
+                     connect), false on a kept-alive one, null where unknown (aiohttp transport);
+                     (absent from records of older loadgate versions)
   spec               null or {source, verify_steps, draft_tokens, accepted,
                      reported_acceptance_length}
 """

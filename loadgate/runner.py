@@ -33,7 +33,7 @@ from loadgate.errors import (
     ThresholdFailed,
 )
 from loadgate.jsonutil import dump_json, load_json
-from loadgate.phase import Phase, run_phase_here, run_phase_workers
+from loadgate.phase import Phase, WorkerGroup, run_phase_here
 from loadgate.plan import Plan, build_plan
 from loadgate.profile import Profile
 from loadgate.records import RecordWriter
@@ -102,12 +102,11 @@ def levels(profile: Profile) -> list[int | float]:
     return list(c) if isinstance(c, tuple) else [c or 1]
 
 
-async def _phase(spec: TargetSpec, profile: Profile, plan: Plan, pool: list[int], phase: Phase,
-                 run_dir: Path, writer: RecordWriter, bar: tqdm, target: Target | None) -> list[dict[str, Any]]:
-    if profile.load.workers > 1:
-        return await run_phase_workers(spec, profile, pool, phase, profile.load.workers, run_dir, writer,
-                                       on_progress=bar.update)
-    return await run_phase_here(spec, plan, phase, writer, on_done=lambda: bar.update(1), target=target)
+async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, bar: tqdm,
+                 runner: Target | WorkerGroup) -> list[dict[str, Any]]:
+    if isinstance(runner, WorkerGroup):
+        return await runner.run(phase, writer, on_progress=bar.update)
+    return await run_phase_here(runner, plan, phase, writer, on_done=lambda: bar.update(1))
 
 
 async def _run(profile: Profile, progress: bool) -> Path:
@@ -149,21 +148,22 @@ async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, m
                  disable=None if progress else True, leave=False) as bar:
         for level in levels(profile):
             tag = f"{run_dir.name}-L{level}"
-            # one process: warmup and measurement share the connections (the warmup opens them)
-            target = Target(spec, session) if load.workers == 1 else None
+            # warmup and measurement share the connections (the warmup opens them), in this process
+            # or in worker processes kept for the level
+            runner = Target(spec, session) if load.workers == 1 else \
+                WorkerGroup(spec, profile, pool, load.workers, run_dir)
             try:
                 if plan.n_warmup:
-                    await _phase(spec, profile, plan, pool, Phase(plan.warmup_requests(), level, load.rate is not None,
-                                 tag + "w", t0, load.max_in_flight), run_dir, writer, bar, target)
+                    await _phase(plan, Phase(plan.warmup_requests(), level, load.rate is not None, tag + "w", t0,
+                                             load.max_in_flight), writer, bar, runner)
                 before = await scrape(session, metrics_url)
                 sampler = GaugeSampler(session, metrics_url)
                 if before is not None:
                     sampler.start()
                 try:
                     health[str(level)] = await _phase(
-                        spec, profile, plan, pool, Phase(plan.measured_requests(), level, load.rate is not None, tag,
-                                                         t0, load.max_in_flight, load.duration_s), run_dir, writer, bar,
-                        target)
+                        plan, Phase(plan.measured_requests(), level, load.rate is not None, tag, t0,
+                                    load.max_in_flight, load.duration_s), writer, bar, runner)
                 finally:
                     gauges = await sampler.stop()
                 after = await scrape(session, metrics_url)
@@ -171,8 +171,10 @@ async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, m
                     "before": None if before is None else snapshot_to_json(before),
                     "after": None if after is None else snapshot_to_json(after), "gauges": gauges}
             finally:
-                if target is not None and target.pool is not None:
-                    target.pool.close()
+                if isinstance(runner, WorkerGroup):
+                    runner.close()
+                elif runner.pool is not None:
+                    runner.pool.close()
     dump_json(run_dir / "server.json", server)
     dump_json(run_dir / "health.json", health)
 

@@ -66,6 +66,7 @@ def level_summary(records: list[dict[str, Any]], server: dict[str, Any] | None, 
     s["token_counts"] = token_check(records, profile["workload"]["token_mismatch_limit"])
     s["goodput"] = goodput(records, profile.get("slo") or {}, s["throughput"]["window_s"])
     s["acceptance"] = {"per_request": from_records(records)}
+    s["new_connections"] = sum(1 for r in records if r.get("new_connection"))  # requests that paid a connect
     invalid: list[str] = []
     if server and server.get("before") is not None and server.get("after") is not None:
         before, after = snapshot_from_json(server["before"]), snapshot_from_json(server["after"])

@@ -165,3 +165,48 @@ def test_the_measured_phase_reuses_the_connections_its_warmup_opened(tmp_path, m
     with SimProcess(FAST) as sim:
         run(profile_for(sim.url, tmp_path, requests=24, concurrency=4, warmup=12, osl=8))
     assert len(pools) == 1 and pools[0].opened == 4
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_warmup_opens_the_connections_and_measured_requests_reuse_them(tmp_path, workers):
+    """In one process or in worker processes kept for the level: the 6 warmup slots each open a
+    connection (recorded per request), and no measured request pays a connect."""
+    with SimProcess(FAST) as sim:
+        run_dir, records, _ = run(profile_for(sim.url, tmp_path, requests=30, concurrency=6, warmup=12, osl=8,
+                                              workers=workers))
+    warm = [r for r in records if r["warmup"]]
+    measured = [r for r in records if not r["warmup"]]
+    assert len(warm) == 12 and len(measured) == 30 and all(r["error"] is None for r in records)
+    assert sum(r["new_connection"] for r in warm) == 6
+    assert not any(r["new_connection"] for r in measured)
+    s = build_summary(run_dir)["levels"]["6"]
+    assert s["new_connections"] == 0 and s["client_health"]["workers"] == workers
+
+
+def test_a_failing_load_worker_is_one_line_in_the_parent_and_keeps_its_exit_code(tmp_path, capfd):
+    """A worker's exception reaches the parent as one error (no child traceback on stderr);
+    loadgate's own errors keep their class, so the CLI's exit code is the one a user expects."""
+    import asyncio
+
+    from loadgate.attack import TargetSpec
+    from loadgate.errors import EngineError, UsageError
+    from loadgate.phase import Phase, WorkerGroup, _worker_error
+    from loadgate.records import RecordWriter
+
+    prof = profile_for("http://127.0.0.1:9", tmp_path, requests=4, concurrency=2, osl=4)
+    spec = TargetSpec("http://127.0.0.1:9", "no-such-api", "m", 5.0)
+
+    async def go() -> None:
+        group = WorkerGroup(spec, prof, list(range(100, 200)), 2, tmp_path)
+        try:
+            with RecordWriter(tmp_path / "records.jsonl") as w:
+                await group.run(Phase(range(0, 4), 2, False, "t", 0), w)
+        finally:
+            group.close()
+
+    with pytest.raises(RuntimeError, match=r"^load worker \d: KeyError: 'no-such-api'$"):
+        asyncio.run(go())
+    assert "Traceback" not in capfd.readouterr().err
+    e = _worker_error(1, "ProfileError", "p.yaml: load.x: bad")
+    assert isinstance(e, UsageError) and e.exit_code == 2 and e.message == "p.yaml: load.x: bad"
+    assert isinstance(_worker_error(0, "EngineError", "down"), EngineError)

@@ -203,6 +203,9 @@ def test_draft_speculation_passes_token_exact_and_is_proven(draft_run):
     assert r["speculation"]["requests_with_draft_activity"] > 0 and r["positions"]["placeholders"] > 0
     assert all(n["verdict"] == "equivalent" and n["first_divergence"] is None for n in r["non_identical"])
     assert draft_run["level"]["token_counts"]["ok"] and draft_run["level"]["token_counts"]["checked"] == MEASURED
+    # llama-server closes the connection after every streamed response: no measured request
+    # could reuse one, and none failed for trying (a closed one is never reused, or resent once)
+    assert draft_run["level"]["new_connections"] == MEASURED and draft_run["level"]["failed"] == 0
 
 
 def test_acceptance_from_timings_matches_the_servers_counters(draft_run):
