@@ -103,10 +103,12 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
                 try:
                     await conn.send(wire)
                     await done
+                    pool.reuses_ok += reused
                     break
                 except (ConnectionResetError, BrokenPipeError):
                     # a kept-alive connection the server closed as we sent: once more, on a new one
                     if attempt == 0 and reused and not conn.reads:
+                        pool.reuses_stale += 1
                         pool.release(conn, reusable=False)
                         conn = None
                         continue

@@ -20,8 +20,9 @@ max=100`, yet closes the connection after every streamed response (0.3.36: the l
 EOF), closes one idle for 5 s, and answers a 100th request with `Connection: close`. So against it
 each streamed request pays a connect, as it would from any client. A connection the server asked
 to close is not reused; one idle longer than the server's `Keep-Alive: timeout=` less a margin is
-dropped; an idle one is checked for a pending close before reuse; and a request that finds its
-reused connection closed with nothing received is sent again once, on a new connection.
+dropped; an idle one is checked for a pending close before reuse; a request that finds its
+reused connection closed with nothing received is sent again once, on a new connection; and after
+3 such failed reuses with none that worked, the pool stops reusing (see `Pool.reusing`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; Python do
 _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
 READ_SIZE = 1 << 18
 IDLE_MARGIN_NS = 1_000_000_000  # drop an idle connection this long before the server's keep-alive timeout
+STALE_REUSES_BEFORE_GIVING_UP = 3
 
 
 class ChunkWalker:
@@ -398,6 +400,12 @@ class Pool:
         self.path = (u.path or "/") + (f"?{u.query}" if u.query else "")
         self.idle: list[Conn] = []
         self.opened = 0  # connections made so far (a measured phase should make none after its warmup)
+        # Reuses that worked, and reused connections found closed only when the request was sent
+        # (the server closed after its response, and its FIN had not arrived when the connection
+        # was checked). A server whose first reuses all fail that way does not keep connections
+        # alive (llama-server after a stream): stop reusing, so no later request pays a failed send.
+        self.reuses_ok = 0
+        self.reuses_stale = 0
 
     async def acquire(self, fresh: bool = False) -> tuple[Conn, bool]:
         """A connection and whether it is a reused one. `fresh`: open a new one regardless."""
@@ -418,8 +426,12 @@ class Pool:
         _, conn = await loop.create_connection(ProtocolConn, self.host, self.port, ssl=self.ssl)
         return conn
 
+    @property
+    def reusing(self) -> bool:
+        return self.reuses_ok > 0 or self.reuses_stale < STALE_REUSES_BEFORE_GIVING_UP
+
     def release(self, c: Conn, reusable: bool) -> None:
-        if reusable and c.keep_alive and not c.closed:
+        if reusable and c.keep_alive and not c.closed and self.reusing:
             c.idle()
             c.idle_since_ns = perf_counter_ns()
             self.idle.append(c)

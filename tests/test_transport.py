@@ -127,10 +127,10 @@ def _cpp_httplib_like(idle_close_s: float, max_per_conn: int, keep_alive_header:
     return handle, stats
 
 
-def _against(handle, rounds: list[tuple[int, float]]) -> tuple[list[str | None], int]:
+def _against(handle, rounds: list[tuple[int, float]], pool_out: list | None = None) -> tuple[list[str | None], int]:
     """Serve `handle` on loopback (in a thread) and send `rounds` of (requests in flight, seconds
     to pause afterwards) through one Target. Returns each request's error kind (None when it
-    succeeded) and the connections the pool opened."""
+    succeeded) and the connections the pool opened; the pool itself goes to `pool_out`."""
     import threading
 
     from loadgate.attack import Target, TargetSpec, fetch, finish_socket, make_session
@@ -155,14 +155,25 @@ def _against(handle, rounds: list[tuple[int, float]]) -> tuple[list[str | None],
         assert t.pool is not None
         opened = t.pool.opened
         t.pool.close()
+        if pool_out is not None:
+            pool_out.append(t.pool)
         await session.close()
         return errors, opened
+
+    async def shutdown() -> None:
+        server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     try:
         return asyncio.run(main())
     finally:
+        asyncio.run_coroutine_threadsafe(shutdown(), server_loop).result(5)
         server_loop.call_soon_threadsafe(server_loop.stop)
         th.join(5)
+        server_loop.close()
 
 
 def test_connections_the_server_closed_while_idle_are_not_reused():
@@ -183,3 +194,22 @@ def test_connection_close_and_the_advertised_idle_timeout_are_honoured():
     errors, opened = _against(handle, [(3, 0.0), (3, 0.0), (3, 1.2), (3, 0.0)])
     assert errors == [None] * 12
     assert opened == 9 and stats["connections"] == 9 and stats["requests"] == 12
+
+
+def test_a_server_that_closes_after_every_response_is_not_kept_alive_for_long():
+    """Like llama-server after a stream: the response ends, then the server closes without saying
+    so. Reusing races with that close (the FIN may not have arrived when the connection is
+    checked); after 3 reuses that failed that way the pool stops reusing, so later requests do
+    not each pay a failed send before their real one."""
+    async def close_after_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked([b"data: x\n\n"]))
+        await writer.drain()
+        await asyncio.sleep(0.002)  # the close comes just after the response, as from a server thread
+        writer.close()
+
+    pools: list = []
+    errors, opened = _against(close_after_one, [(1, 0.0)] * 20, pools)
+    assert errors == [None] * 20 and opened == 20
+    assert pools[0].reuses_ok == 0 and 1 <= pools[0].reuses_stale <= 3 and not pools[0].reusing
