@@ -60,7 +60,7 @@ def test_quickstart_loads_to_the_newcomer_run_on_the_embedded_simulator() -> Non
     assert p.workload.requests == 200
     assert p.workload.input_len == Distribution(dist="uniform", min=64, max=512)
     assert p.workload.output_len == Distribution(dist="fixed", value=128)
-    assert p.load == Load(concurrency=16, warmup_requests=10)
+    assert p.load == Load(concurrency=16, warmup_requests=16)  # one per slot: every connection opened
 
 
 def test_quickstart_keeps_simulator_defaults_so_it_stays_fast() -> None:

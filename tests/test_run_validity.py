@@ -14,6 +14,7 @@ import pytest
 from loadgate.cli import main
 from loadgate.errors import MeasurementInvalid
 from loadgate.profile import HealthBudgets
+from loadgate.report.table import render_summary
 from loadgate.runner import run_profile
 from loadgate.sim.config import SimConfig, SpeculativeConfig
 from loadgate.sim.process import SimProcess
@@ -179,8 +180,10 @@ def test_warmup_opens_the_connections_and_measured_requests_reuse_them(tmp_path,
     assert len(warm) == 12 and len(measured) == 30 and all(r["error"] is None for r in records)
     assert sum(r["new_connection"] for r in warm) == 6
     assert not any(r["new_connection"] for r in measured)
-    s = build_summary(run_dir)["levels"]["6"]
+    summary = build_summary(run_dir)
+    s = summary["levels"]["6"]
     assert s["new_connections"] == 0 and s["client_health"]["workers"] == workers
+    assert "connections:" not in render_summary(summary)  # said only when some request paid a connect
 
 
 def test_a_failing_load_worker_is_one_line_in_the_parent_and_keeps_its_exit_code(tmp_path, capfd):

@@ -90,6 +90,10 @@ def render_summary(summary: dict[str, Any]) -> str:
                        f"completion mismatches in {tc['checked']} requests"
                        + (f" ({tc['prompt_unverified']} prompts unverified: server gave no count)"
                           if tc["prompt_unverified"] else ""))
+        if s.get("new_connections"):
+            out.append(f"connections: {s['new_connections']} of {s['requests']} requests opened one first "
+                       "(their TTFT includes the connect: the server closed kept-alive connections, or the "
+                       "warmup had fewer requests than slots)")
         gauges = s.get("server_gauges") or {}
         parts = [f"KV cache {v['min']:.2%}/{v['mean']:.2%}/{v['max']:.2%}" if k == "kv_cache_usage" else
                  f"{k} {fmt(v['min'], 1)}/{fmt(v['mean'], 1)}/{fmt(v['max'], 1)}" for k, v in gauges.items() if v]

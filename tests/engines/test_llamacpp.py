@@ -206,6 +206,7 @@ def test_draft_speculation_passes_token_exact_and_is_proven(draft_run):
     # llama-server closes the connection after every streamed response: no measured request
     # could reuse one, and none failed for trying (a closed one is never reused, or resent once)
     assert draft_run["level"]["new_connections"] == MEASURED and draft_run["level"]["failed"] == 0
+    assert f"connections: {MEASURED} of {MEASURED} requests opened one first" in draft_run["out"]
 
 
 def test_acceptance_from_timings_matches_the_servers_counters(draft_run):
