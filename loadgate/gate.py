@@ -48,7 +48,7 @@ class Engine:
 
     @property
     def metrics_url(self) -> str:
-        return self.profile.target.metrics_url or self.base + "/metrics"
+        return self.profile.metrics_url(self.base)
 
 
 @contextlib.asynccontextmanager
@@ -78,8 +78,7 @@ def corpus_of(profile: Profile) -> Corpus:
     ex = exactness_of(profile)
     if ex.corpus is None:
         return load_corpus(default_corpus_path())
-    p = Path(ex.corpus)
-    return load_corpus(p if p.is_absolute() or not profile.path else Path(profile.path).parent / p)
+    return load_corpus(profile.resolve(ex.corpus))
 
 
 def sender_for(e: Engine, ex: Exactness) -> CaseSender:
@@ -121,8 +120,7 @@ async def resolve_baseline(profile: Profile, corpus: Corpus) -> bl.Baseline:
             b = await capture(e, corpus, "sim-reference")
         bl.save(b, Path(profile.output.dir) / "baselines")
         return b
-    p = Path(ex.baseline)
-    b = bl.load(p if p.is_absolute() or not profile.path else Path(profile.path).parent / p)
+    b = bl.load(profile.resolve(ex.baseline))
     if b.corpus_sha256 != corpus.sha256:
         raise UsageError(f"{b.path}: captured with another corpus (sha256 {b.corpus_sha256[:12]}…) than the "
                          f"profile's ({corpus.path}, {corpus.sha256[:12]}…): capture the baseline again")

@@ -183,13 +183,12 @@ class Plan(Sequence[PlannedRequest]):
         pool = np.asarray(token_pool, dtype=np.int64)
         if pool.size == 0:
             raise ValueError("empty token pool")
-        base_dir = Path(profile.path).parent if profile.path else Path.cwd()
+        base_dir = profile.resolve(".")
         w, load = profile.workload, profile.load
         self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir)
         self.trace: _TraceRequests | None = None
         if w.trace is not None:
-            tp = Path(w.trace)
-            self.trace = _TraceRequests(tp if tp.is_absolute() else base_dir / tp, w.requests, profile.seed, pool)
+            self.trace = _TraceRequests(profile.resolve(w.trace), w.requests, profile.seed, pool)
         self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir)
         self.offsets: list[int] | None = None
         if load.rate is not None:

@@ -315,6 +315,16 @@ class Profile:
     output: Output = field(default_factory=Output, metadata={"help": "where results go"})
     path: str = field(default="", metadata={"internal": True})  # set by the loader: the file read
 
+    def resolve(self, p: str | Path) -> Path:
+        """A path written in the profile: absolute, or relative to the profile file's folder (the
+        working directory for a profile built in code)."""
+        p = Path(p)
+        return p if p.is_absolute() else (Path(self.path).parent if self.path else Path.cwd()) / p
+
+    def metrics_url(self, base: str) -> str:
+        """Where the engine's Prometheus metrics are: `target.metrics_url`, else BASE/metrics."""
+        return self.target.metrics_url or base + "/metrics"
+
     def check(self) -> list[tuple[str, str]]:
         from loadgate.thresholds import ThresholdError, parse
 

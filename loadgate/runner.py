@@ -123,7 +123,7 @@ async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, m
     """The performance phase: warmup, then each load level with counters scraped at the measured
     window's boundaries; writes meta.json, records.jsonl, server.json and health.json."""
     need_text = profile.target.api in CHAT_APIS
-    tp = (local_pool(profile.workload.tokenizer, need_text) if profile.workload.tokenizer
+    tp = (local_pool(str(profile.resolve(profile.workload.tokenizer)), need_text) if profile.workload.tokenizer
           else await server_pool(session, base, model, need_text, profile.target.api))
     pool = list(tp.ids)
     plan = build_plan(profile, pool)
@@ -131,7 +131,7 @@ async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, m
     spec = TargetSpec(base, profile.target.api, model, profile.target.timeout_s, stream=profile.load.stream,
                       headers=dict(profile.target.headers), pool_text=tp.text if need_text else None,
                       prompt_overhead=overhead, transport=profile.load.transport)
-    metrics_url = profile.target.metrics_url or base + "/metrics"
+    metrics_url = profile.metrics_url(base)
     t0 = perf_counter_ns()
     dump_json(run_dir / "meta.json", {
         "loadgate": __version__, "run_id": run_dir.name, "profile": dataclasses.asdict(profile),

@@ -213,3 +213,32 @@ def test_a_failing_load_worker_is_one_line_in_the_parent_and_keeps_its_exit_code
     e = _worker_error(1, "ProfileError", "p.yaml: load.x: bad")
     assert isinstance(e, UsageError) and e.exit_code == 2 and e.message == "p.yaml: load.x: bad"
     assert isinstance(_worker_error(0, "EngineError", "down"), EngineError)
+
+
+def test_a_local_tokenizer_path_is_relative_to_the_profile_like_every_other_path(tmp_path, monkeypatch):
+    """`workload.tokenizer: tok.json` beside the profile is found from any working directory (it
+    used to be read relative to the working directory, unlike corpus, baseline, trace and CSVs)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from loadgate.workload.text import filler_text
+
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([filler_text()], trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    tok.save(str(folder / "tok.json"))
+    (folder / "p.yaml").write_text(f"""
+name: localtok
+target: {{endpoint: embedded, sim: {{decode_step_us: 500}}}}
+workload: {{requests: 6, tokenizer: tok.json, input_len: {{dist: fixed, value: 12}},
+           output_len: {{dist: fixed, value: 4}}}}
+load: {{concurrency: 2, warmup_requests: 2}}
+output: {{dir: {tmp_path / 'out'}, run_id: r1}}
+""")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", "-q", "--unverified", str(folder / "p.yaml")]) == 11  # ran; unverified by choice
+    meta = orjson.loads((tmp_path / "out" / "r1" / "meta.json").read_bytes())
+    assert meta["token_pool"]["source"] == f"local tokenizer {folder / 'tok.json'}"
