@@ -22,10 +22,12 @@ def cli() -> None:
 @cli.command()
 @click.argument("profile", type=click.Path(dir_okay=False))
 def validate(profile: str) -> None:
-    """Check PROFILE without running anything; exit 2 with a one-line error if it is invalid."""
+    """Check PROFILE without running anything (keys, values, and that the files it names exist);
+    exit 2 with a one-line error if it is invalid."""
     from loadgate.profile import load_profile
 
     p = load_profile(profile)
+    p.check_files()
     click.echo(f"{profile}: valid profile {p.name!r}")
 
 

@@ -237,6 +237,8 @@ def run_check_only(profile: Profile) -> None:
     """`loadgate check`: the check alone; raises ExactnessFailed (exit 10) when it fails."""
     from loadgate.runner import new_run_dir, run_async
 
+    profile.check_files(("exactness",))
+
     async def go() -> CheckOutcome:
         run_dir = new_run_dir(profile)
         async with open_engine(profile) as e:

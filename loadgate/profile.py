@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from loadgate.errors import ProfileError
 from loadgate.sim.config import SimConfig, knob
 
 API = Literal["openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-completions",
@@ -321,6 +322,33 @@ class Profile:
         p = Path(p)
         return p if p.is_absolute() else (Path(self.path).parent if self.path else Path.cwd()) / p
 
+    def files(self) -> list[tuple[str, str]]:
+        """(key path, value as written) of every file the profile names."""
+        w, ex = self.workload, self.exactness
+        out = [(k, v) for k, v in (("workload.tokenizer", w.tokenizer), ("workload.trace", w.trace)) if v]
+        out += _dist_files("workload.input_len", w.input_len) + _dist_files("workload.output_len", w.output_len)
+        if ex is not None:
+            if ex.corpus:
+                out.append(("exactness.corpus", ex.corpus))
+            if ex.baseline != "sim-reference":
+                out.append(("exactness.baseline", ex.baseline))
+        return out
+
+    def check_files(self, sections: tuple[str, ...] = ("workload", "exactness")) -> None:
+        """Raise a ProfileError (file, line, key) for the first file named in `sections` that is not
+        there, so a run fails before it starts, not after minutes of exactness check."""
+        for key, value in self.files():
+            p = self.resolve(value)
+            if key.split(".", 1)[0] not in sections or p.is_file():
+                continue
+            why = "is a directory, expected a file" if p.is_dir() else "file not found"
+            line = None
+            if self.path:
+                from loadgate.typed_yaml import line_of_key
+
+                line = line_of_key(Path(self.path), key)
+            raise ProfileError(self.path or "profile", line, key, f"{why}: {p}")
+
     def metrics_url(self, base: str) -> str:
         """Where the engine's Prometheus metrics are: `target.metrics_url`, else BASE/metrics."""
         return self.target.metrics_url or base + "/metrics"
@@ -339,6 +367,12 @@ class Profile:
             return [("ab.baseline.endpoint", "exactness.baseline 'sim-reference' needs both engines embedded; "
                      "write a baseline file with `loadgate baseline`")]
         return []
+
+
+def _dist_files(key: str, d: Distribution) -> list[tuple[str, str]]:
+    if d.dist == "empirical" and d.file:
+        return [(f"{key}.file", d.file)]
+    return [f for i, c in enumerate(d.components) for f in _dist_files(f"{key}.components[{i}].dist", c.dist)]
 
 
 def load_profile(path: str | Path) -> Profile:

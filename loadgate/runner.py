@@ -192,6 +192,7 @@ def run_profile(profile: Profile, *, progress: bool = True, unverified: bool = F
         raise ExactnessNotEstablished(
             f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
             "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
+    profile.check_files(("workload",) if unverified else ("workload", "exactness"))
     if profile.ab is not None:
         _run_ab(profile, progress, unverified)
         return

@@ -338,6 +338,15 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def line_of_key(file: Path, path: str) -> int | None:
+    """The line of key `path` in a YAML file already loaded once (None if it cannot be read now)."""
+    try:
+        _, lines = parse_yaml(file.read_bytes().decode("utf-8-sig"), file=str(file))
+    except (OSError, UnicodeDecodeError, ProfileError):
+        return None
+    return _line_of(lines, path)
+
+
 def _line_of(lines: dict[str, int], path: str) -> int | None:
     """The line of `path`, else of its nearest enclosing key or list item that is written."""
     while path:

@@ -203,3 +203,47 @@ def test_syntax_error_reports_yaml_line_and_column(tmp_path: Path, capsys: pytes
 def test_cases_are_distinct_and_numerous() -> None:
     assert len(CASES) >= 20
     assert len({c.text for c in CASES.values()}) == len(CASES)
+
+
+FILE_CASES = {
+    # (profile text, line, key path, reason); `there` is a file and `folder` a directory beside the profile
+    "tokenizer": ("workload:\n  tokenizer: nope.json\n", 2, "workload.tokenizer", "file not found: "),
+    "trace": ("workload:\n  trace: nope.jsonl\n", 2, "workload.trace", "file not found: "),
+    "empirical_in_a_mixture": (
+        "workload:\n  input_len:\n    dist: mixture\n    components:\n"
+        "      - {dist: {dist: fixed, value: 8}}\n      - dist:\n          dist: empirical\n"
+        "          file: folder\n", 8, "workload.input_len.components[1].dist.file",
+        "is a directory, expected a file: "),
+    "corpus": ("exactness:\n  corpus: nope.jsonl\n", 2, "exactness.corpus", "file not found: "),
+    "baseline": ("exactness:\n  corpus: there\n  baseline: base.json\n", 3, "exactness.baseline",
+                 "file not found: "),
+}
+
+
+@pytest.mark.parametrize("name", list(FILE_CASES))
+def test_a_file_the_profile_names_must_exist_relative_to_the_profile(
+        name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`validate` (and `run` before anything is sent) name the key, its line and the path looked at,
+    resolved against the profile's folder."""
+    text, line, key, reason = FILE_CASES[name]
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "there").write_text("{}\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    code, out, err = _validate(path, capsys)
+    assert code == 2 and out == ""
+    _assert_one_line_error(err, str(path), line, key, reason)
+    written = text.split(key.rsplit(".", 1)[1] + ": ")[1].split("\n")[0]
+    assert err.rstrip("\n").endswith(str(tmp_path / written))
+
+
+def test_files_that_exist_validate_and_a_run_stops_on_a_missing_one_before_sending(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "lens.csv").write_text("length,weight\n8,1\n16,1\n")
+    path = tmp_path / "p.yaml"
+    path.write_text("workload:\n  input_len: {dist: empirical, file: lens.csv}\n")
+    assert _validate(path, capsys)[0] == 0
+    path.write_text("target: {endpoint: 'http://127.0.0.1:9'}\n"
+                    "workload:\n  input_len: {dist: empirical, file: gone.csv}\n")
+    assert main(["run", "-q", "--unverified", str(path)]) == 2  # not 3: the engine was never contacted
+    _assert_one_line_error(capsys.readouterr().err, str(path), 3, "workload.input_len.file", "file not found")

@@ -128,12 +128,23 @@ def test_numbers_are_coerced_only_where_exact(tmp_path: Path) -> None:
     assert p.seed == 7 and type(p.seed) is int
 
 
-@pytest.mark.parametrize("profile", [QUICKSTART, EXAMPLE_FULL], ids=lambda p: p.name)
+@pytest.mark.parametrize("profile", [QUICKSTART, PROFILES / "ab-sim.yaml"], ids=lambda p: p.name)
 def test_validate_prints_success_and_exits_zero(profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(profile)]) == 0
     out, err = capsys.readouterr()
     assert out == f"{profile}: valid profile {load_profile(profile).name!r}\n"
     assert err == ""
+
+
+def test_the_reference_profile_is_valid_but_for_the_baseline_file_a_user_writes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """example-full.yaml sets every key; the one thing it lacks is the baseline `loadgate baseline`
+    would write, and validate says so (its corpus, a real file, is found relative to the profile)."""
+    assert main(["validate", str(EXAMPLE_FULL)]) == 2
+    out, err = capsys.readouterr()
+    want = EXAMPLE_FULL.parent / "baselines" / "spec-off-0123456789ab.json"
+    assert out == "" and err.startswith(f"loadgate: {EXAMPLE_FULL}:")
+    assert err.endswith(f": exactness.baseline: file not found: {want}\n")
 
 
 # ----------------------------------------------------------------------------------- JSON Schema
