@@ -9,8 +9,9 @@ With `load.workers: N` the phase runs in N processes, each with its own loop and
   intended times (`perf_counter_ns` is one system-wide monotonic clock on Linux).
 The workers live for a whole load level (`WorkerGroup`): its warmup and measured phases run in
 the same processes on the same connections. Each worker writes its own part file per phase; the
-parent appends the parts to `records.jsonl` after the phase. Workers rebuild the (pure, lazy) plan from the profile and token pool instead of receiving
-it, so nothing large crosses process boundaries.
+parent appends the parts to `records.jsonl` after the phase. Workers rebuild the (pure, lazy)
+plan from the profile and token pool instead of receiving it, so nothing large crosses process
+boundaries.
 """
 
 from __future__ import annotations
