@@ -246,15 +246,18 @@ def test_ngram_speculation_is_token_exact_and_proven(serve, baseline, profile_fo
 
 
 def test_four_slots_at_four_in_flight_are_token_exact_and_measured(serve, work, baseline, profile_for):
-    """Alone, a request on 4 slots is bit-exact; batched with others its logprobs move by some float32
-    ULPs (other matrix shapes) while its ids stay the baseline's: the tier met at 4 in flight is
-    token-exact, and bit-exact fails only on `equivalent` sequences of the concurrent scenario."""
+    """Alone, a request on 4 slots is bit-exact; batched with others its logprobs can move by some
+    float32 ULPs (other matrix shapes) while its ids stay the baseline's: the tier met at 4 in flight
+    is token-exact, and bit-exact fails only on `equivalent` sequences of the concurrent scenario.
+    Whether a batch changes the arithmetic depends on how the requests happen to overlap, so
+    bit-exact fails on most checks, not all (38 of 40 in a row on one server, 2-core machine): both
+    outcomes are accepted; the ids and the solo scenario must hold in every one."""
     s = serve(slots=4)
     scenarios = {"solo": True, "concurrent": 4}
     code, _ = cli("check", str(profile_for("slots4-bit", s, baseline=baseline["path"], tier="bit-exact",
                                            scenarios=scenarios)))
     r = load_json(work / "out" / "slots4-bit" / "exactness.json")
-    assert code == 10 and r["non_identical"] and r["positions"]["ids_only"] == 0
+    assert code in (0, 10) and (code == 10) == bool(r["non_identical"]) and r["positions"]["ids_only"] == 0
     assert all(n["scenario"] == "concurrent:4" and n["verdict"] == "equivalent" and n["first_divergence"] is None
                for n in r["non_identical"])
     p = profile_for("slots4", s, baseline=baseline["path"], scenarios=scenarios, concurrency=4)
