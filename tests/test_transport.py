@@ -213,3 +213,46 @@ def test_a_server_that_closes_after_every_response_is_not_kept_alive_for_long():
     errors, opened = _against(close_after_one, [(1, 0.0)] * 20, pools)
     assert errors == [None] * 20 and opened == 20
     assert pools[0].reuses_ok == 0 and 1 <= pools[0].reuses_stale <= 3 and not pools[0].reusing
+
+
+def test_a_read_is_stamped_when_its_last_packet_arrived():
+    """The kernel's limit, pinned: three events arrive 20 ms apart while the client's loop is
+    blocked; one read takes them all, and all three carry the third one's arrival time."""
+    import socket
+    import threading
+
+    def serve(lsock: socket.socket, sends: list[int]) -> None:
+        c, _ = lsock.accept()
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        c.recv(65536)
+        c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for k in range(3):
+            time.sleep(0.02)
+            sends.append(time.perf_counter_ns())
+            c.sendall(chunked([b"data: %d\n\n" % k])[:-5])  # one chunk, no terminator yet
+        time.sleep(0.3)  # the terminator comes well after the client's loop is free again
+        c.sendall(b"0\r\n\r\n")
+        time.sleep(0.1)
+        c.close()
+
+    async def exchange() -> tuple[list[int], list[int]]:
+        lsock = socket.create_server(("127.0.0.1", 0))
+        sends: list[int] = []
+        th = threading.Thread(target=serve, args=(lsock, sends), daemon=True)
+        th.start()
+        pool = Pool(f"http://127.0.0.1:{lsock.getsockname()[1]}/v1/completions")
+        c, _ = await pool.acquire()
+        done = c.begin()
+        await c.send(pool.request_bytes(b"{}", {}))
+        time.sleep(0.15)  # the loop is busy: nothing is read while the 3 events arrive
+        await asyncio.wait_for(done, 5)
+        stamps = [t for t, piece in parse_response(c.reads).body if piece.startswith(b"data:")]
+        pool.close()
+        th.join(5)
+        lsock.close()
+        return stamps, sends
+
+    stamps, sends = asyncio.run(exchange())
+    assert len(stamps) == 3 and stamps[0] == stamps[1] == stamps[2]  # one read, one stamp
+    assert abs(stamps[2] - sends[2]) < 5_000_000  # ... the last packet's arrival
+    assert stamps[0] - sends[0] > 30_000_000  # so the first event is stamped ~40 ms late

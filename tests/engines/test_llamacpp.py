@@ -5,7 +5,7 @@ Configurations, on the project's tiny models (float32 GGUF unless said), greedy:
   draft   1 slot, draft-model speculation (n_max 4): token-exact passes; bit-exact is refused,
           because llama-server gives no real logprob for tokens of a speculative step
   ngram   1 slot, n-gram speculation: token-exact, speculation proven
-  slots4  4 slots with 4 requests in flight: ids exact, logprobs move by float32 ULPs (token-exact)
+  slots4  4 slots with 4 requests in flight: ids exact, logprobs can move by float32 ULPs (token-exact)
   bf16    bfloat16 weights: the planted real divergence (exit 10, first divergences, bundles, replay)
 First divergences are checked against indices computed here from plain `/completion` answers
 (`tokens`), and per-request `timings` against the server's `llamacpp:` counters. llama-server's
