@@ -90,6 +90,19 @@ def test_plots_of_runs_without_samples_still_render(tmp_path):
     assert plots.chunk_token_fractions([failed]) == {}
 
 
+def test_a_zero_percentile_on_a_log_axis_renders_without_layout_warnings(tmp_path, recwarn):
+    """Events that arrive in one read share a stamp, so ITL can be 0 for most samples (p50 0) while
+    the rest spans decades (log axis): the p50 marker has no place there and is left out; drawing
+    it collapsed matplotlib's layout (seen on llama-server at 4 slots)."""
+    rec = {"v": 1, "i": 0, "level": 1, "error": None, "start_ns": 0, "headers_ns": 0, "end_ns": 80_000_000,
+           "chunk_ns": [10_000_000] * 30 + [10_400_000, 15_000_000, 60_000_000], "chunk_tokens": [1] * 33}
+    x = plots.metric_samples([rec], "itl")
+    assert np.median(x) == 0 and x[x > 0].max() / x[x > 0].min() > 100
+    out = plots.latency_cdfs({"run": [rec]}, tmp_path / "cdf.png", metrics=("itl",))
+    check_png(out, plots.cdf_size(1, 1))
+    assert not [w for w in recwarn if "constrained_layout" in str(w.message)]
+
+
 def test_tokens_per_chunk_fractions_match_the_records(runs):
     for name in ("spec", "plain"):
         rs = recs(runs[name])
