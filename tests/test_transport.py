@@ -206,7 +206,7 @@ def test_a_server_that_closes_after_every_response_is_not_kept_alive_for_long():
         await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked([b"data: x\n\n"]))
         await writer.drain()
-        await asyncio.sleep(0.002)  # the close comes just after the response, as from a server thread
+        await asyncio.sleep(0.02)  # the close comes just after the response, as from a server thread
         writer.close()
 
     pools: list = []
