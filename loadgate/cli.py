@@ -29,6 +29,12 @@ def validate(profile: str) -> None:
     p = load_profile(profile)
     p.check_files()
     click.echo(f"{profile}: valid profile {p.name!r}")
+    c = p.load.concurrency
+    slots = max(c) if isinstance(c, tuple) else c
+    if slots and p.load.warmup_requests < slots:
+        click.echo(f"note: load.warmup_requests ({p.load.warmup_requests}) is below the concurrency ({slots}): "
+                   f"up to {slots - p.load.warmup_requests} measured requests per level open a connection, "
+                   "and their TTFT includes it")
 
 
 @cli.command()

@@ -136,6 +136,18 @@ def test_validate_prints_success_and_exits_zero(profile: Path, capsys: pytest.Ca
     assert err == ""
 
 
+def test_validate_notes_a_warmup_too_short_to_open_every_connection(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("load: {concurrency: [1, 8, 32], warmup_requests: 20}\n")
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ("note: load.warmup_requests (20) is below the concurrency (32): up to 12 measured requests "
+                      "per level open a connection, and their TTFT includes it")
+    path.write_text("load: {concurrency: 8, warmup_requests: 8}\n")
+    assert main(["validate", str(path)]) == 0 and len(capsys.readouterr().out.splitlines()) == 1
+
+
 def test_the_reference_profile_is_valid_but_for_the_baseline_file_a_user_writes(
         capsys: pytest.CaptureFixture[str]) -> None:
     """example-full.yaml sets every key; the one thing it lacks is the baseline `loadgate baseline`
