@@ -312,7 +312,7 @@ def run_replay(bundle: str, endpoint: str | None, times: int) -> None:
     doc = load_bundle(Path(bundle))
     results = run_async(replay(doc, endpoint, times))
     print(f"replaying {doc['case']} ({doc['scenario']['name']}, {doc['scenario']['in_flight_when_sent']} in flight "
-          f"when it diverged at token {doc['comparison']['first_divergence'] if doc['comparison'] else 'n/a'}) "
+          f"when it diverged at token {doc['comparison']['first_divergence'] if doc.get('comparison') else 'n/a'}) "
           f"alone, {times} time(s):")
     bad = 0
     for r in results:

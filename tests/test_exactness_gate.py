@@ -222,3 +222,34 @@ def test_fingerprint_command_prints_the_hash_and_diffs_a_saved_one(tmp_path, cap
     assert main(["fingerprint", str(other), "--against", str(saved)]) == 0
     out = capsys.readouterr().out
     assert "max_num_seqs: 64 -> 3" in out
+
+
+_BUNDLE = {"format": 1, "api": "openai-completions", "route": "http://127.0.0.1:9/v1/completions",
+           "request": {"model": "m", "prompt": "x", "max_tokens": 2}, "case": "c",
+           "scenario": {"name": "solo", "in_flight_when_sent": 1}, "comparison": None,
+           "baseline": {"output_ids": [1, 2], "logprobs": [-0.1, -0.2], "finish_reason": "length",
+                        "top_logprobs": [[[1, -0.1], [3, -2.0]], [[2, -0.2], [4, -3.0]]]}}
+
+
+@pytest.mark.parametrize("key,damage", [
+    ("api", {"api": "bogus"}), ("api", {"api": 5}),
+    ("scenario.in_flight_when_sent", {"scenario": {"name": "solo"}}),
+    ("comparison", {"comparison": [1]}),
+    ("baseline", {"baseline": {**_BUNDLE["baseline"], "top_logprobs": [[1]]}}),
+    ("baseline", {"baseline": {**_BUNDLE["baseline"], "output_ids": ["a"]}}),
+    ("baseline", {"baseline": {**_BUNDLE["baseline"], "logprobs": "x"}}),
+])
+def test_a_damaged_bundle_is_a_one_line_error_before_anything_is_sent(tmp_path, capsys, key, damage):
+    path = tmp_path / "b.json"
+    path.write_bytes(orjson.dumps({**_BUNDLE, **damage}))
+    assert main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"loadgate: {path}: {key}: missing or of the wrong type; " + err.split("; ", 1)[1]
+    assert err.count("\n") == 1
+
+
+def test_a_bad_route_in_a_bundle_is_named_as_the_bundle_route(tmp_path, capsys):
+    path = tmp_path / "b.json"
+    path.write_bytes(orjson.dumps({**_BUNDLE, "route": "ftp://h/v1/completions"}))
+    assert main(["replay", str(path)]) == 2
+    assert capsys.readouterr().err.startswith("loadgate: bundle route: expected an http:// or https:// URL")

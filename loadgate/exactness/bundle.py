@@ -69,11 +69,35 @@ def load_bundle(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: not a loadgate reproducer bundle")
     shape = {"route": str, "request": dict, "baseline": dict, "case": str, "scenario": dict}
     bad = [k for k, t in shape.items() if not isinstance(doc.get(k), t)]
-    if bad or not isinstance(doc["scenario"].get("name"), str):
-        what = bad[0] if bad else "scenario.name"
-        raise UsageError(f"{path}: {what}: missing or of the wrong type; not a complete reproducer bundle "
+    if not bad:
+        from loadgate.engines import ADAPTERS
+
+        sc = doc["scenario"]
+        checks = {"scenario.name": isinstance(sc.get("name"), str),
+                  "scenario.in_flight_when_sent": isinstance(sc.get("in_flight_when_sent"), int),
+                  "comparison": doc.get("comparison") is None or isinstance(doc["comparison"], dict),
+                  "api": doc.get("api") is None or doc["api"] in ADAPTERS,
+                  "baseline": _is_seq_record(doc["baseline"])}
+        bad = [k for k, ok in checks.items() if not ok]
+    if bad:
+        raise UsageError(f"{path}: {bad[0]}: missing or of the wrong type; not a complete reproducer bundle "
                          "(a null baseline: the case was not in the baseline, nothing to replay against)")
     return doc
+
+
+def _is_seq_record(rec: dict[str, Any]) -> bool:
+    """A baseline sequence as `seq_output` reads it: int ids, numeric (or null) logprobs, and
+    top alternatives as [id, logprob] pairs."""
+    def num(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    ids, lps, top = rec.get("output_ids"), rec.get("logprobs"), rec.get("top_logprobs")
+    return (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+            and (lps is None or (isinstance(lps, list) and all(v is None or num(v) for v in lps)))
+            and (top is None or (isinstance(top, list) and all(
+                isinstance(pos, list) and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], int)
+                                              and (p[1] is None or num(p[1])) for p in pos) for pos in top)))
+            and isinstance(rec.get("placeholders") or [], list))
 
 
 async def replay(doc: dict[str, Any], endpoint: str | None, times: int) -> list[dict[str, Any]]:
@@ -85,7 +109,8 @@ async def replay(doc: dict[str, Any], endpoint: str | None, times: int) -> list[
         raise UsageError(f"bundle route {doc['route']!r} is not a generation route loadgate knows")
     base = (endpoint or f"{u.scheme}://{u.netloc}").rstrip("/")
     if not is_http_url(base):
-        raise UsageError(f"--endpoint: expected an http:// or https:// URL with a valid host and port, got {base!r}")
+        where = "--endpoint" if endpoint else "bundle route"
+        raise UsageError(f"{where}: expected an http:// or https:// URL with a valid host and port, got {base!r}")
     model = str(doc["request"].get("model", ""))
     base_out = seq_output(doc["baseline"])
     results = []
