@@ -187,7 +187,7 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw) -> Decoded:
             d = adapter.decode_body(raw.reads[-1][0], body) if raw.reads else Decoded()
     except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
         # a well-formed JSON answer of an unexpected shape fails this request, never the run
-        return Decoded(error=ErrorInfo("malformed", f"unexpected response shape: {type(e).__name__}: {e}"[:200]))
+        d = Decoded(error=ErrorInfo("malformed", f"unexpected response shape: {type(e).__name__}: {e}"[:200]))
     if raw.error is not None:
         d.error = raw.error  # a transport failure outranks what the partial stream said
     elif not d.chunks and d.error is None:

@@ -338,10 +338,15 @@ class Profile:
         """Raise a ProfileError (file, line, key) for the first file named in `sections` that is not
         there, so a run fails before it starts, not after minutes of exactness check."""
         for key, value in self.files():
-            p = self.resolve(value)
-            if key.split(".", 1)[0] not in sections or p.is_file():
+            if key.split(".", 1)[0] not in sections:
                 continue
-            why = "is a directory, expected a file" if p.is_dir() else "file not found"
+            p = self.resolve(value)
+            try:
+                if p.is_file():
+                    continue
+                why = "is a directory, expected a file" if p.is_dir() else "file not found"
+            except OSError as e:  # a name too long, a folder that may not be read, ...
+                why = f"cannot read ({e.strerror or e})"
             line = None
             if self.path:
                 from loadgate.typed_yaml import line_of_key

@@ -110,9 +110,13 @@ def test_llama_server_v1_final_usage_event_is_not_counted_as_tokens():
 
 def test_an_answer_of_an_unexpected_shape_fails_the_request_not_the_run():
     from loadgate.attack import Raw, decode
+    from loadgate.engines.base import ErrorInfo
 
     for api in ("openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-chat"):
         raw = Raw(start_ns=0)
         raw.status, raw.reads = 200, [(1, b"[1, 2]")]
         d = decode(adapter_for(api), False, raw)
         assert d.error is not None and d.error.kind == "malformed", api
+        # ... unless the transport failed first: a timeout stays a timeout, whatever arrived before it
+        raw.error = ErrorInfo("timeout", "no complete response within 1 s")
+        assert decode(adapter_for(api), False, raw).error == raw.error, api

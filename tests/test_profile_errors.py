@@ -215,6 +215,8 @@ FILE_CASES = {
         "          file: folder\n", 8, "workload.input_len.components[1].dist.file",
         "is a directory, expected a file: "),
     "corpus": ("exactness:\n  corpus: nope.jsonl\n", 2, "exactness.corpus", "file not found: "),
+    "name_too_long": ("workload:\n  trace: " + "x" * 300 + "\n", 2, "workload.trace",
+                      "cannot read (File name too long): "),
     "baseline": ("exactness:\n  corpus: there\n  baseline: base.json\n", 3, "exactness.baseline",
                  "file not found: "),
 }

@@ -93,7 +93,8 @@ async def server_pool(session: aiohttp.ClientSession, base: str, model: str, nee
 
     async def check(i: int) -> tuple[int, str] | None:
         async with sem:
-            piece = (await _post(session, f"{base}/detokenize", {"model": model, "tokens": [i]})).get("prompt")
+            d = await _post(session, f"{base}/detokenize", {"model": model, "tokens": [i]})
+            piece = d.get("content") if api.startswith("llamacpp") else d.get("prompt")  # llama-server: content
             if not isinstance(piece, str) or not _WORD.match(piece):
                 return None
             back = (await _post(session, f"{base}/tokenize", tokenize_body(api, model, piece))).get("tokens")

@@ -408,3 +408,17 @@ def test_the_gate_through_v1_completions_catches_the_bf16_divergence(serve, work
     assert code == 10 and r["positions"]["compared"] > 0
     assert {n["case"]: n["first_divergence"] for n in r["non_identical"] if n["first_divergence"] is not None} \
         == {cid: k for cid, k in expected.items() if k is not None} != {}
+
+
+def test_v1_chat_builds_its_text_prompts_from_the_servers_own_tokenizer(draft, baseline, profile_for, work):
+    """`api: llamacpp-openai-chat` sends text: the token pool comes from llama-server's /tokenize and
+    /detokenize (whose answer is `content`, not vLLM's `prompt`); then the run measures (unverified:
+    the module's baseline was captured through /completion, another route)."""
+    p = profile_for("v1-chat-run", draft, baseline=baseline["path"], api="llamacpp-openai-chat")
+    code, out = cli("run", "-q", "--unverified", str(p))
+    assert code == 11 and "UNVERIFIED" in out, out
+    meta = load_json(work / "out" / "v1-chat-run" / "meta.json")
+    assert meta["token_pool"]["source"] == "server /tokenize + /detokenize (word tokens)"
+    assert meta["token_pool"]["size"] >= 20
+    summary = load_json(work / "out" / "v1-chat-run" / "summary.json")
+    assert summary["levels"]["1"]["succeeded"] == MEASURED and summary["levels"]["1"]["failed"] == 0
