@@ -165,9 +165,13 @@ def worst(decisions: Sequence[str]) -> Decision:
 
 
 def overall(comparisons: dict[str, FigureComparison], decide_on: Sequence[str]) -> Decision:
-    """The verdict of one load level over the deciding figures (see `worst`)."""
+    """The verdict of one load level over the deciding figures (see `worst`). A figure neither side
+    has (ITL without streaming, acceptance length without speculation) does not apply and is left
+    out; one side without it, or a ratio that cannot be formed, is n/a."""
+    applicable = [f for f in decide_on
+                  if f not in comparisons or comparisons[f].baseline or comparisons[f].candidate]
     return worst([comparisons[f].decision if f in comparisons and comparisons[f].ratio is not None else "n/a"
-                  for f in decide_on])
+                  for f in applicable])
 
 
 def compare_summaries(a: list[dict[str, Any]], b: list[dict[str, Any]], **kw: Any) -> dict[str, FigureComparison]:

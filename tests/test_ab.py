@@ -147,3 +147,8 @@ def test_no_change_is_never_a_verdict_without_evidence():
     assert overall({"ttft.p50": same, "e2e.p50": missing}, ["ttft.p50", "e2e.p50"]) == "n/a"
     assert overall({"ttft.p50": same}, ["ttft.p50"]) == "no change"
     assert worst([]) == "n/a" and worst(["no change", "regressed", "n/a"]) == "regressed"
+    # a figure neither side has (ITL with `stream: false`, one chunk per request) does not apply:
+    # identical runs are "no change", not n/a (which every unstreamed A/B run used to be)
+    absent = compare_figure("itl.p50", [None, None, None], [None, None, None])
+    assert overall({"ttft.p50": same, "itl.p50": absent}, ["ttft.p50", "itl.p50"]) == "no change"
+    assert overall({"itl.p50": absent}, ["itl.p50"]) == "n/a"  # and nothing left to decide on is n/a
