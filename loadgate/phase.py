@@ -88,6 +88,7 @@ class WorkerGroup:
 
     def __init__(self, spec: TargetSpec, profile: Profile, pool: list[int], n: int, run_dir: Path) -> None:
         self.n, self.run_dir = n, run_dir
+        self.failed = False
         ctx = mp.get_context("spawn")
         self.counter, self.done = ctx.Value("q", 0), ctx.Value("q", 0)
         self.inboxes = [ctx.Queue() for _ in range(n)]
@@ -115,7 +116,14 @@ class WorkerGroup:
             if msg is None:
                 dead = [p.exitcode for j, p in enumerate(self.procs) if j not in got and not p.is_alive()]
                 if dead:
-                    raise RuntimeError(f"{len(dead)} load worker(s) ended unexpectedly (exit codes {dead})")
+                    try:  # a worker that reported its error and exited: its own error, not a generic one
+                        msg = self.outbox.get(timeout=0.5)
+                    except queue.Empty:
+                        raise RuntimeError(f"{len(dead)} load worker(s) ended unexpectedly (exit codes {dead})") \
+                            from None
+                    if msg[0] != "error":
+                        raise RuntimeError(f"{len(dead)} load worker(s) ended unexpectedly (exit codes {dead})")
+                    raise _worker_error(msg[1], msg[2], msg[3])
                 if deadline is not None and perf_counter_ns() > deadline:
                     raise RuntimeError(f"load workers not {kind} within {timeout_s:g} s")
                 await asyncio.sleep(0.05)
@@ -123,6 +131,8 @@ class WorkerGroup:
             if msg[0] == "error":
                 raise _worker_error(msg[1], msg[2], msg[3])
             got[msg[1]] = msg[2] if len(msg) > 2 else None
+        if on_progress and self.done.value > seen:
+            on_progress(self.done.value - seen)
         return got
 
     async def run(self, phase: Phase, writer: RecordWriter,
@@ -138,6 +148,9 @@ class WorkerGroup:
             for box in self.inboxes:
                 box.put(start)
             health = await self._collect("done", None, on_progress)
+        except BaseException:
+            self.failed = True  # close() stops the others at once: no load after an error
+            raise
         finally:
             for part in parts:  # what was recorded is kept, even when a worker failed
                 if part.exists():
@@ -146,6 +159,9 @@ class WorkerGroup:
         return [health[j] for j in range(self.n)]
 
     def close(self) -> None:
+        if self.failed:
+            for p in self.procs:
+                p.kill()
         for box in self.inboxes:
             box.put(None)
         for p in self.procs:
@@ -200,6 +216,8 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
 
                 outbox.put(("ready", j))
                 start_ns = await loop.run_in_executor(None, inbox.get)
+                if start_ns is None:  # the parent gave up before the start: send nothing
+                    return
                 conc = _share(int(phase.level), n, j) if not phase.open_loop else None
                 p = phase if not phase.open_loop or not phase.max_in_flight else \
                     Phase(phase.indices, phase.level, True, phase.run_tag, phase.t0_ns,
