@@ -151,6 +151,20 @@ def test_a_damaged_run_folder_is_a_one_line_error_naming_the_file(tmp_path):
         list(read_records(run / "records.jsonl"))
 
 
+@pytest.mark.parametrize("file,text", [("health.json", '"x"'), ("server.json", '{"2": "zz"}'),
+                                       ("server.json", '{"2": {"before": "zz", "after": "zz"}}')])
+def test_a_real_run_folder_with_a_damaged_file_is_a_one_line_error(tmp_path, file, text):
+    from loadgate.errors import UsageError
+    from loadgate.report.views import render_run
+
+    with SimProcess(FAST) as sim:
+        run_dir, _, _ = run(profile_for(sim.url, tmp_path, requests=4, concurrency=2, osl=4))
+    assert "concurrency 2" in render_run(run_dir, "table")
+    (run_dir / file).write_text(text)
+    with pytest.raises(UsageError, match=f"^{run_dir}: not a complete run folder"):
+        render_run(run_dir, "table")
+
+
 def test_the_measured_phase_reuses_the_connections_its_warmup_opened(tmp_path, monkeypatch):
     """Otherwise the first `concurrency` measured requests would carry a TCP connect in their TTFT."""
     from loadgate import transport

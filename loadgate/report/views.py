@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ def render_ab(run_dir: Path, fmt: str) -> str:
     from loadgate import ab
 
     comps, settings = ab.comparisons(run_dir)
-    info = ab.load_ab(run_dir)
+    info = read_ab(run_dir)
     verdict = ab.verdict(comps, list(settings["decide_on"]))
     n_a, n_b = len(info["runs"]["A"]), len(info["runs"]["B"])
     if fmt == "json":
@@ -64,28 +63,38 @@ def _with_note(text: str, note: str, fmt: str) -> str:
     return text + note
 
 
-def _complete(fn: Any) -> Any:
-    """A folder with the expected files but missing keys or runs is a one-line error, not a crash."""
-    @functools.wraps(fn)
-    def wrapped(*args: Any, **kw: Any) -> Any:
-        try:
-            return fn(*args, **kw)
-        except (KeyError, IndexError, TypeError) as e:
-            raise UsageError(f"{args[0]}: not a complete run folder ({type(e).__name__}: {e}); "
-                             "was the run cut short?") from None
-    return wrapped
+_DAMAGE = (KeyError, IndexError, TypeError, AttributeError, ValueError)
 
 
-@_complete
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """`build_summary`, with a folder whose files lack keys or hold the wrong shapes as a one-line
+    error naming it (only reading is guarded: a bug in rendering stays a bug)."""
+    try:
+        return build_summary(run_dir)
+    except _DAMAGE as e:
+        raise UsageError(f"{run_dir}: not a complete run folder ({type(e).__name__}: {e}); "
+                         "was the run cut short?") from None
+
+
+def read_ab(run_dir: Path) -> dict[str, Any]:
+    """`ab.load_ab`, guarded like `read_summary`."""
+    from loadgate import ab
+
+    try:
+        return ab.load_ab(run_dir)
+    except _DAMAGE as e:
+        raise UsageError(f"{run_dir}: not a complete A/B folder ({type(e).__name__}: {e}); "
+                         "was the run cut short?") from None
+
+
 def render_run(run_dir: Path, fmt: str, html: bool = False) -> str:
     _require_run(run_dir)
     if is_ab(run_dir):
         note = ""
         if html:
-            from loadgate import ab
             from loadgate.report.html import write_comparison_html
 
-            runs = ab.load_ab(run_dir)["runs"]
+            runs = read_ab(run_dir)["runs"]
             if not runs["A"] or not runs["B"]:
                 raise UsageError(f"{run_dir}: the A/B folder holds no finished run of "
                                  f"{'the baseline (A)' if not runs['A'] else 'the candidate (B)'}")
@@ -93,7 +102,7 @@ def render_run(run_dir: Path, fmt: str, html: bool = False) -> str:
                                           f"candidate ({runs['B'][0].name})": runs["B"][0]}, run_dir / "report.html")
             note = f"\n\nreport (plots of the first run of each side): {page}"
         return _with_note(render_ab(run_dir, fmt), note, fmt)
-    summary = build_summary(run_dir)
+    summary = read_summary(run_dir)
     note = ""
     if html:
         from loadgate.report.html import write_html
@@ -111,7 +120,7 @@ def render_run(run_dir: Path, fmt: str, html: bool = False) -> str:
 def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureComparison]]:
     """Two single runs: ratios per level, with intervals from resampling requests (one run per side
     cannot show run-to-run drift, so the decision reads 'single run')."""
-    sa, sb = build_summary(a), build_summary(b)
+    sa, sb = read_summary(a), read_summary(b)
     ra = list(read_records(a / "records.jsonl"))
     rb = list(read_records(b / "records.jsonl"))
     out = {}
@@ -129,7 +138,6 @@ def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureCompariso
     return out
 
 
-@_complete
 def render_compare(runs: list[Path], fmt: str) -> str:
     for r in runs:
         _require_run(r)
@@ -151,7 +159,7 @@ def render_compare(runs: list[Path], fmt: str) -> str:
                      "indicative only; use an `ab` profile for run-level statistics)")
             out.append(_render_comps(comps, fmt, 1, 1, title))
     if not out and not docs:
-        raise UsageError(f"no load level in common: {ref} has {', '.join(build_summary(ref)['levels'])}; "
+        raise UsageError(f"no load level in common: {ref} has {', '.join(read_summary(ref)['levels'])}; "
                          f"compare runs measured at the same concurrency or rate")
     if fmt == "json":
         return orjson.dumps(clean({"comparisons": docs}), option=orjson.OPT_INDENT_2).decode()
