@@ -96,14 +96,11 @@ class Target:
                 "speculative method / draft model / k, determinism flags, …"})
 
     def check(self) -> list[tuple[str, str]]:
-        """Endpoint and metrics URL are http(s) URLs; speculation has acceptance probabilities."""
+        """Endpoint and metrics URL are http(s) URLs."""
         if self.endpoint != "embedded" and not is_http_url(self.endpoint):
             return [("endpoint", f"expected 'embedded' or an http:// or https:// URL, got {self.endpoint!r}")]
         if self.metrics_url is not None and not is_http_url(self.metrics_url):
             return [("metrics_url", f"expected an http:// or https:// URL, got {self.metrics_url!r}")]
-        spec = self.sim.speculative
-        if spec.method != "none" and not spec.acceptance:
-            return [("sim.speculative.acceptance", "needs at least one probability when speculating")]
         return []
 
 

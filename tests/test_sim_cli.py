@@ -67,6 +67,8 @@ def test_options_override_the_config_file_which_overrides_defaults(tmp_path: Pat
     ({"decode_step_us": float("inf")}, "decode_step_us: expected"),
     ({"divergence": {"batch_variant": "yes"}}, "expected true or false"),
     ({"speculative": {"acceptance": "0.8,x"}}, "speculative.acceptance[1]: expected a number"),
+    ({"speculative": {"method": "ngram", "acceptance": ","}}, "speculative.acceptance: needs at least one"),
+    ({"speculative": {"method": "ngram", "acceptance": []}}, "speculative.acceptance: needs at least one"),
 ])
 def test_bad_settings_name_the_key(data: dict, words: str) -> None:
     with pytest.raises(UsageError, match=re.escape(words)):

@@ -37,6 +37,12 @@ class SpeculativeConfig:
         "one value per position, the last repeats for positions beyond the list",
         min=0.0, max=1.0)
 
+    def check(self) -> list[tuple[str, str]]:
+        """Speculation needs at least one acceptance probability (profiles and `loadgate sim` alike)."""
+        if self.method != "none" and not self.acceptance:
+            return [("acceptance", "needs at least one probability when speculating")]
+        return []
+
 
 @dataclass(frozen=True)
 class DivergenceConfig:
