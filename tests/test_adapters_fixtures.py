@@ -120,3 +120,18 @@ def test_an_answer_of_an_unexpected_shape_fails_the_request_not_the_run():
         # ... unless the transport failed first: a timeout stays a timeout, whatever arrived before it
         raw.error = ErrorInfo("timeout", "no complete response within 1 s")
         assert decode(adapter_for(api), False, raw).error == raw.error, api
+
+
+def test_logprobs_survive_a_null_top_list_and_bad_timings_are_no_counts():
+    import orjson
+
+    body = orjson.dumps({"choices": [{"text": "ab", "finish_reason": "length", "logprobs": {
+        "tokens": ["a", "b"], "token_logprobs": [-0.1, -0.2], "top_logprobs": None}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+    d = adapter_for("openai-completions").decode_body(1, body)
+    assert d.logprobs == [-0.1, -0.2] and d.top_logprobs == [[], []]
+    body = orjson.dumps({"choices": [{"text": "ab", "finish_reason": "length"}],
+                         "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+                         "timings": {"draft_n": "x", "draft_n_accepted": 1}})
+    d = adapter_for("llamacpp-openai-completions").decode_body(1, body)
+    assert d.spec is not None and d.spec.draft_tokens is None and d.spec.accepted == 1

@@ -20,8 +20,12 @@ from loadgate.engines.base import Chunk, Decoded, GenRequest, SpecStats, iter_ob
 def llama_spec(timings: dict[str, Any]) -> SpecStats | None:
     if "draft_n" not in timings:
         return None
-    return SpecStats(source="llama.cpp timings", draft_tokens=timings.get("draft_n"),
-                     accepted=timings.get("draft_n_accepted"))
+
+    def count(key: str) -> int | None:  # anything but a count is no count (the run's arithmetic needs ints)
+        v = timings.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+    return SpecStats(source="llama.cpp timings", draft_tokens=count("draft_n"), accepted=count("draft_n_accepted"))
 
 
 def _stop_reason(obj: dict[str, Any]) -> str | None:

@@ -145,7 +145,8 @@ class _OpenAIBase:
         a token of a speculative step has no entry in a stream, `0.0` with no alternatives in a body)
         become None, their positions recorded."""
         assert d.logprobs is not None and d.top_logprobs is not None
-        for v, top in zip(lps, tops, strict=False):
+        for k, v in enumerate(lps):  # a null or short top_logprobs list loses no logprob value
+            top = tops[k] if k < len(tops) else []
             if self.placeholder_zero and v == 0.0 and not top:
                 d.placeholder_positions.append(len(d.logprobs))
                 v = None
