@@ -144,10 +144,6 @@ def start(config: LlamaConfig, **kw: object) -> Server:
     return server(config, **kw).start()  # type: ignore[arg-type]
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="serve one llama-server configuration until interrupted")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -161,8 +157,8 @@ def _main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = LlamaConfig(args.model, args.dtype, args.slots, args.spec, args.draft, args.n_max)
     # SIGTERM (and SIGINT, which background jobs ignore) end the loop below, so the server is stopped
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with server(cfg) as srv:
         print(json.dumps({"url": srv.url, "pid": srv.pid, "log": str(srv.log_path),
                           "declared": srv.info["declared"]}, indent=2), flush=True)

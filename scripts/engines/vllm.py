@@ -191,19 +191,15 @@ def models_from_make_models() -> dict[str, str]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":  # pragma: no cover - manual use
     name = sys.argv[1] if len(sys.argv) > 1 else "plain"
     if name not in VARIANTS:
         raise SystemExit(f"usage: python scripts/engines/vllm.py [{'|'.join(VARIANTS)}]")
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops the server too
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill PID` stops the server too
     srv = start(name, models_from_make_models())
-    print(f"{srv.url} (pid {srv.pid}, log {srv.log_path}, ready in {srv.ready_s:.1f} s)", flush=True)
-    print(json.dumps(srv.info["declared"], indent=2))
     try:
+        print(f"{srv.url} (pid {srv.pid}, log {srv.log_path}, ready in {srv.ready_s:.1f} s)", flush=True)
+        print(json.dumps(srv.info["declared"], indent=2))
         signal.pause()
     except KeyboardInterrupt:
         pass
