@@ -37,10 +37,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgate.servermetrics import Snapshot, delta
+from loadgate.servermetrics import Snapshot, delta, first_name
 
 P = "vllm:"
 LLAMA = "llamacpp:"
+DRAFTS = (P + "spec_decode_num_drafts_total", LLAMA + "spec_decode_num_drafts_total")  # vLLM's, llama.cpp's
+GENERATED = (P + "generation_tokens_total", LLAMA + "tokens_predicted_total")
 
 
 def per_request_steps(r: dict[str, Any]) -> tuple[int, int] | None:
@@ -80,12 +82,11 @@ def from_records(records: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def from_counters(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
-    for prefix in (P, LLAMA):
-        drafts = delta(before, after, prefix + "spec_decode_num_drafts_total")
-        if drafts is not None:
-            break
-    else:
+    name = first_name(after, DRAFTS)
+    drafts = None if name is None else delta(before, after, name)
+    if name is None or drafts is None:
         return None
+    prefix = name.split(":", 1)[0] + ":"
     acc = delta(before, after, prefix + "spec_decode_num_accepted_tokens_total") or 0.0
     dtok = delta(before, after, prefix + "spec_decode_num_draft_tokens_total")
     pos_after = after.by_label(prefix + "spec_decode_num_accepted_tokens_per_pos_total", "position")
@@ -100,8 +101,6 @@ def from_counters(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
         "per_position_acceptance": dict(sorted(per_pos.items(), key=lambda kv: int(kv[0]))),
         "formula": "1 + Δ num_accepted_tokens_total / Δ num_drafts_total"
                    + (" (llama.cpp counts only steps that verified a draft: per drafting step)" if llama else ""),
-        # does Δdrafts count every verify step (the per-request definition)?
-        "drafts_are_verify_steps": not llama,
     }
 
 
@@ -111,9 +110,8 @@ def contamination(before: Snapshot, after: Snapshot, records: list[dict[str, Any
     if d_req is not None:  # aborted and failed requests are not successes on either side
         for reason in ("abort", "error"):
             d_req -= delta(before, after, P + "request_success_total", finished_reason=reason) or 0.0
-    d_gen = delta(before, after, P + "generation_tokens_total")
-    if d_gen is None:
-        d_gen = delta(before, after, LLAMA + "tokens_predicted_total")
+    gen = first_name(after, GENERATED)
+    d_gen = None if gen is None else delta(before, after, gen)
     if d_req is None and d_gen is None:
         return None
     ok = [r for r in records if r.get("error") is None]
@@ -130,11 +128,12 @@ def contamination(before: Snapshot, after: Snapshot, records: list[dict[str, Any
 
 
 def reconcile(resp: dict[str, Any] | None, counters: dict[str, Any] | None, tol: float = 0.01) -> dict[str, Any] | None:
-    """Compare the two sources on what they define alike: the acceptance length when the counters'
-    drafts are verify steps (vLLM), else the accepted and drafted token counts (llama.cpp)."""
+    """Compare the two sources on what they define alike: the acceptance length where the counters'
+    drafts are verify steps (vLLM), else the accepted and drafted token counts (llama.cpp counts
+    only steps that verified a draft)."""
     if not resp or not counters:
         return None
-    if counters.get("drafts_are_verify_steps", True):
+    if counters.get("engine") != "llamacpp":
         pairs = {"acceptance_length": (resp.get("acceptance_length"), counters.get("acceptance_length"))}
     else:
         pairs = {"accepted": (resp.get("accepted"), counters.get("accepted")),

@@ -22,7 +22,8 @@ from loadgate.exactness.contract import Contract, Verdict, passes, verdict
 from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.replay import CaseSender, Observed
 from loadgate.profile import Scenarios
-from loadgate.servermetrics import Snapshot, delta
+from loadgate.servermetrics import Snapshot, delta, first_name
+from loadgate.specdec import DRAFTS
 
 
 @dataclass
@@ -116,9 +117,8 @@ def speculation_evidence(observed: list[Observed], before: Snapshot | None, afte
         (v or 0) > 0 for v in (o.decoded.spec.verify_steps, o.decoded.spec.draft_tokens, o.decoded.spec.accepted)))
     drafts = None
     if before is not None and after is not None:
-        drafts = delta(before, after, "vllm:spec_decode_num_drafts_total")
-        if drafts is None:
-            drafts = delta(before, after, "llamacpp:spec_decode_num_drafts_total")
+        name = first_name(after, DRAFTS)
+        drafts = None if name is None else delta(before, after, name)
     return {"requests_with_draft_activity": with_steps, "requests": len(observed), "counter_drafts_delta": drafts,
             "ran": with_steps > 0 or bool(drafts and drafts > 0)}
 

@@ -74,9 +74,8 @@ def passes(c: Comparison, v: Verdict, contract: Contract) -> tuple[bool, str | N
     if contract.tier == "logprob-tolerance":
         if v not in ("identical", "equivalent"):
             return False, v
-        if c.logprob_positions < c.positions_compared:
-            return False, (f"{c.positions_compared - c.logprob_positions} positions had no real logprob value "
-                           "(compared on ids only)")
+        if c.ids_only_positions:
+            return False, f"{c.ids_only_positions} positions had no real logprob value (compared on ids only)"
         if c.max_abs_logprob_diff is not None and c.max_abs_logprob_diff > (contract.tolerance or 0.0):
             return False, f"a logprob differed by {c.max_abs_logprob_diff:.3g} nats"
         return True, None

@@ -41,7 +41,6 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
 
 
-_body = read_json_object
 
 
 # ---- generation ---------------------------------------------------------------------------
@@ -105,7 +104,7 @@ async def health(request: web.Request) -> web.Response:
 async def tokenize(request: web.Request) -> web.Response:
     st = request.app[STATE]
     try:
-        body = await _body(request)
+        body = await read_json_object(request)
         check_model(body, st.cfg)
         if "messages" in body:
             ids = chat_prompt_ids(st.tokenizer, body["messages"], body.get("tools"),
@@ -124,7 +123,7 @@ async def tokenize(request: web.Request) -> web.Response:
 async def detokenize(request: web.Request) -> web.Response:
     st = request.app[STATE]
     try:
-        body = await _body(request)
+        body = await read_json_object(request)
         check_model(body, st.cfg)
         ids = body.get("tokens")
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
