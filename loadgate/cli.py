@@ -28,6 +28,10 @@ def validate(profile: str) -> None:
 
     p = load_profile(profile)
     p.check_files()
+    if p.workload.trace is not None:
+        from loadgate.plan import trace_of
+
+        trace_of(p)
     click.echo(f"{profile}: valid profile {p.name!r}")
     c = p.load.concurrency
     slots = max(c) if isinstance(c, tuple) else c

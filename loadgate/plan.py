@@ -55,13 +55,15 @@ class _TraceRequests:
         naming the file and line, not a failure in the middle of a run."""
         self.path, self.seed, self.pool = path, seed, pool
         self.offsets: list[int] = []
+        self.first_ids_line: str | None = None  # where the first prompt_ids line is (chat APIs take none)
         try:
             with open(path, "rb") as f:
                 pos = 0
                 for lineno, line in enumerate(f, 1):
                     if line.strip():
                         self.offsets.append(pos)
-                        self._parse(line, f"{path}:{lineno}")
+                        if "prompt_ids" in self._parse(line, f"{path}:{lineno}") and self.first_ids_line is None:
+                            self.first_ids_line = f"{path}:{lineno}"
                     pos += len(line)
         except OSError as e:
             raise UsageError(f"{path}: cannot read trace: {e.strerror}") from None
@@ -95,7 +97,8 @@ class _TraceRequests:
         obj["output_len"] = count(key, 1)
         if "prompt_ids" in obj:
             ids = obj["prompt_ids"]
-            if not isinstance(ids, list) or not ids or not all(isinstance(x, int) and x >= 0 for x in ids):
+            if not isinstance(ids, list) or not ids or not all(
+                    isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**32 for x in ids):
                 raise UsageError(f"{where}: prompt_ids: expected a non-empty list of token ids")
         elif "input_len" in obj:
             count("input_len", 1)
@@ -175,6 +178,21 @@ def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int
     return [int(x) for x in np.rint(np.cumsum(gaps) * 1e9)]
 
 
+def trace_of(profile: Profile, pool: np.ndarray | None = None) -> _TraceRequests:
+    """The profile's trace, every line checked (without a pool: only checked, as by `validate`).
+    Token ids cannot go to a chat API, which takes text: such a trace is refused here."""
+    from loadgate.engines import CHAT_APIS
+
+    w = profile.workload
+    assert w.trace is not None
+    t = _TraceRequests(profile.resolve(w.trace), w.requests, profile.seed,
+                       np.zeros(1, dtype=np.int64) if pool is None else pool)
+    if t.first_ids_line is not None and profile.target.api in CHAT_APIS:
+        raise UsageError(f"{t.first_ids_line}: prompt_ids cannot be sent to target.api {profile.target.api!r}, "
+                         "which takes text: give prompt or messages there, or use a completions API")
+    return t
+
+
 class Plan(Sequence[PlannedRequest]):
     """Warmup requests first (i = 0..W-1), then the measured ones. A lazy, immutable sequence:
     `plan[i]` builds request i on demand, identically every time."""
@@ -188,7 +206,7 @@ class Plan(Sequence[PlannedRequest]):
         self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir)
         self.trace: _TraceRequests | None = None
         if w.trace is not None:
-            self.trace = _TraceRequests(profile.resolve(w.trace), w.requests, profile.seed, pool)
+            self.trace = trace_of(profile, pool)
         self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir)
         self.offsets: list[int] | None = None
         if load.rate is not None:

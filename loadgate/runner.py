@@ -34,7 +34,7 @@ from loadgate.errors import (
 )
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.phase import Phase, WorkerGroup, run_phase_here
-from loadgate.plan import Plan, build_plan
+from loadgate.plan import Plan, build_plan, trace_of
 from loadgate.profile import Profile
 from loadgate.records import RecordWriter
 from loadgate.report.table import capacity_table, render_summary
@@ -193,6 +193,8 @@ def run_profile(profile: Profile, *, progress: bool = True, unverified: bool = F
             f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
             "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
     profile.check_files(("workload",) if unverified else ("workload", "exactness"))
+    if profile.workload.trace is not None:
+        trace_of(profile)  # every line, before the exactness check
     if profile.ab is not None:
         _run_ab(profile, progress, unverified)
         return

@@ -249,3 +249,22 @@ def test_files_that_exist_validate_and_a_run_stops_on_a_missing_one_before_sendi
                     "workload:\n  input_len: {dist: empirical, file: gone.csv}\n")
     assert main(["run", "-q", "--unverified", str(path)]) == 2  # not 3: the engine was never contacted
     _assert_one_line_error(capsys.readouterr().err, str(path), 3, "workload.input_len.file", "file not found")
+
+
+@pytest.mark.parametrize("api,line,reason", [
+    ("openai-chat", '{"prompt_ids": [1, 2], "output_len": 4}',
+     "prompt_ids cannot be sent to target.api 'openai-chat', which takes text"),
+    ("openai-completions", '{"prompt_ids": [1, 99999999999], "output_len": 4}',
+     "prompt_ids: expected a non-empty list of token ids"),
+    ("openai-completions", '{"input_len": 0, "output_len": 4}', "input_len: expected an integer >= 1"),
+])
+def test_validate_reads_every_trace_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], api: str, line: str,
+                                         reason: str) -> None:
+    """A trace is checked line by line by `validate` (and by `run` before the exactness check)."""
+    (tmp_path / "t.jsonl").write_text('{"input_len": 8, "output_len": 4}\n' + line + "\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(f"target: {{api: {api}}}\nworkload: {{trace: t.jsonl}}\n")
+    code, out, err = _validate(path, capsys)
+    assert code == 2 and out == ""
+    assert err == f"loadgate: {tmp_path / 't.jsonl'}:2: {reason}" + err.split(reason, 1)[1]
+    assert err.count("\n") == 1
