@@ -110,7 +110,8 @@ class _Framing:
         self.reads: list[tuple[int, bytes]] = []
         self.done: asyncio.Future[None] | None = None
         self.closed = False
-        self.keep_alive = True  # False once a response says `Connection: close` (or is close-delimited)
+        self.keep_alive = True  # False for a close-delimited response (see `reusable` for the headers)
+        self.head = b""  # the last response's header block, lower-cased
         self.idle_limit_ns: int | None = None  # from the server's `Keep-Alive: timeout=N`
         self.idle_since_ns = 0
         self.user_lag_max_ns = 0  # largest (user-space read time - stamp): how busy the loop was
@@ -159,7 +160,7 @@ class _Framing:
 
     def _frame(self, head: bytes) -> None:
         low = head.lower()
-        self._connection_headers(low)
+        self.head = low  # kept for `reusable()`, parsed after the exchange, not on the read path
         if b"transfer-encoding: chunked" in low:
             self._mode = 1
             return
@@ -174,19 +175,24 @@ class _Framing:
         if status in (b"204", b"304") or (self._mode == 2 and self._left == 0):
             self._finish()
 
-    def _connection_headers(self, low: bytes) -> None:
-        """Whether the server lets this connection carry another request, and for how long idle."""
+    def reusable(self) -> bool:
+        """After the exchange: whether the server lets this connection carry another request (and
+        for how long idle, kept in `idle_limit_ns`)."""
+        if self.closed or not self.keep_alive:
+            return False
+        low = self.head
         k = low.find(b"\r\nconnection:")
         if k >= 0 and b"close" in low[k + 13:].split(b"\r\n", 1)[0]:
-            self.keep_alive = False
-        elif low.startswith(b"http/1.0") and (k < 0 or b"keep-alive" not in low[k + 13:].split(b"\r\n", 1)[0]):
-            self.keep_alive = False
+            return False
+        if low.startswith(b"http/1.0") and (k < 0 or b"keep-alive" not in low[k + 13:].split(b"\r\n", 1)[0]):
+            return False
         k = low.find(b"\r\nkeep-alive:")
         if k >= 0:
             for part in low[k + 13:].split(b"\r\n", 1)[0].split(b","):
                 name, _, value = part.strip().partition(b"=")
                 if name == b"timeout" and value.strip().isdigit():
                     self.idle_limit_ns = int(value.strip()) * 1_000_000_000
+        return True
 
     def _confirm_end(self) -> None:
         """Walk the chunk framing of the reads not walked yet (only on a candidate ending, and
@@ -434,7 +440,7 @@ class Pool:
         return self.reuses_ok > 0 or self.reuses_stale < STALE_REUSES_BEFORE_GIVING_UP
 
     def release(self, c: Conn, reusable: bool) -> None:
-        if reusable and c.keep_alive and not c.closed and self.reusing:
+        if reusable and self.reusing and c.reusable():
             c.idle()
             c.idle_since_ns = perf_counter_ns()
             self.idle.append(c)
