@@ -152,7 +152,8 @@ def test_speculation_in_float32_passes_the_gate_and_acceptance_sources_agree(
     # vLLM keeps connections alive: of the 4 in flight, only the 2 the 2 warmup requests did not open connect
     assert level["new_connections"] == 2 and level["failed"] == 0
     note(engine_logs, test="speculation", variant=variant, tier=tier, verdicts=ex["verdicts"],
-         positions=ex["positions"], speculation=spec, per_request=per_req, counters=counters, reconciliation=rec)
+         positions=ex["positions"], speculation=spec, per_request=per_req, counters=counters, reconciliation=rec,
+         new_connections=level["new_connections"])
 
 
 @pytest.fixture(scope="module")
