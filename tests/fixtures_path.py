@@ -15,6 +15,15 @@ def fixtures_dir() -> Path:
     return Path(env) / "fixtures" if env else REPO / "tests" / "data" / "shared-fixtures"
 
 
+def sse_events(path: Path) -> list[tuple[int, bytes]]:
+    """A recorded SSE stream's events, event k arriving at "time" k; the stream must be complete."""
+    from loadgate.sse import frame_sse
+
+    events, truncated = frame_sse([(0, path.read_bytes())])
+    assert not truncated, path
+    return [(k, e.data) for k, e in enumerate(events)]
+
+
 def fixture_file(*parts: str) -> Path:
     """A recorded response; a missing one is an error (the suite must not pass by skipping)."""
     p = fixtures_dir().joinpath(*parts)

@@ -6,14 +6,11 @@ import orjson
 
 from loadgate.engines import adapter_for
 from loadgate.engines.base import GenRequest
-from loadgate.sse import frame_sse
-from tests.fixtures_path import fixture_file
+from tests.fixtures_path import fixture_file, sse_events
 
 
 def _events(*parts: str) -> list[tuple[int, bytes]]:
-    events, truncated = frame_sse([(0, fixture_file(*parts).read_bytes())])
-    assert not truncated
-    return [(k, e.data) for k, e in enumerate(events)]  # event k arrives at "time" k
+    return sse_events(fixture_file(*parts))
 
 
 def test_vllm_completions_stream_multi_token_chunks_ids_logprobs_and_spec_stats():
