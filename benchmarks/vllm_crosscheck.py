@@ -50,7 +50,6 @@ Where the definitions coincide and where they differ (vLLM 0.32's `vllm/benchmar
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -70,6 +69,8 @@ from loadgate.summary import snapshot_from_json
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = REPO / "scripts" / "engines"
+sys.path.insert(0, str(ENGINES))
+import common  # noqa: E402  (scripts/engines/common.py)
 
 BENCH_WRAPPER = """
 import argparse, sys
@@ -78,15 +79,6 @@ parser = argparse.ArgumentParser(prog="vllm bench serve")
 serve.add_cli_args(parser)
 serve.main(parser.parse_args(sys.argv[1:]))
 """
-
-
-def load_vllm_helper() -> Any:
-    spec = importlib.util.spec_from_file_location("vllm_engine", ENGINES / "vllm.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["vllm_engine"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def write_profile(work: Path, name: str, url: str, declared: dict[str, str], args: argparse.Namespace,
@@ -183,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the third arm: loadgate with its aiohttp transport (user-space stamps, like vLLM's)")
     ap.add_argument("--url", help="an already running server (default: start the plain float32 variant)")
     args = ap.parse_args(argv)
-    vllm = load_vllm_helper()
+    vllm = common.load_script("vllm", "vllm_engine")
     vpy = vllm.venv_python()
     models = vllm.models_from_make_models()
     declared = vllm.declared_for(vllm.VARIANTS["plain"], models["target"], None)

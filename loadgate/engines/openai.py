@@ -89,7 +89,6 @@ def _spec_from_metrics(obj: dict[str, Any]) -> SpecStats | None:
 class _OpenAIBase:
     name = "openai"
     path = "/v1/completions"
-    chat = False
     placeholder_zero = False  # `logprob 0.0` with no alternatives is a placeholder (llama-server)
     ids_in_stream = True  # a stream of this route carries every output id
 

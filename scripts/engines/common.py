@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 """The ``llama-cpp-python`` sdist whose ``vendor/llama.cpp`` both engines' scripts use."""
@@ -38,6 +38,21 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 
 class EngineStartError(RuntimeError):
     """A server process exited or never became healthy; the message ends with its log's tail."""
+
+
+def load_script(name: str, module_name: str) -> ModuleType:
+    """Import ``scripts/engines/<name>.py`` under ``module_name`` (so ``vllm.py`` does not shadow
+    the vllm package); imported once per process."""
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(module_name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def cache_dir() -> Path:

@@ -15,7 +15,6 @@ The helpers in ``scripts/engines/`` are importable here as ``common`` (and ``vll
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -24,7 +23,6 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -53,16 +51,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def load_script(name: str, module_name: str) -> ModuleType:
-    """Import ``scripts/engines/<name>.py`` under ``module_name`` (``vllm.py`` must not shadow vLLM)."""
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    spec = importlib.util.spec_from_file_location(module_name, ENGINES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+load_script = common.load_script
 
 
 SMALL_CORPUS: list[dict[str, Any]] = [
