@@ -45,7 +45,7 @@ def run_order(pairs: int, seed: int) -> list[str]:
 async def run_ab(profile: Profile, run_dir: Path, progress: bool, unverified: bool) -> None:
     """Check both engines, then make the interleaved runs; writes ab.json and the run folders."""
     from loadgate import gate
-    from loadgate.runner import perform
+    from loadgate.runner import perform, prepare_tokens
 
     assert profile.ab is not None
     sides = {s: side_profile(profile, s) for s in SIDES}
@@ -54,6 +54,7 @@ async def run_ab(profile: Profile, run_dir: Path, progress: bool, unverified: bo
                                     "unverified": unverified, "ab": dataclasses.asdict(profile.ab)})
     async with gate.open_engine(sides["A"]) as ea, gate.open_engine(sides["B"]) as eb:
         engines = {"A": ea, "B": eb}
+        tokens = {s: await prepare_tokens(sides[s], e.session, e.base, e.model) for s, e in engines.items()}
         atts: dict[str, Any] = {}
         if not unverified:
             for s, e in engines.items():
@@ -74,7 +75,7 @@ async def run_ab(profile: Profile, run_dir: Path, progress: bool, unverified: bo
             att = atts.get(s)
             await perform(sides[s], e.base, e.session, e.model, d, progress,
                           extra_meta={"unverified": unverified, "ab_side": SIDES[s],
-                                      "attestation": gate.attestation_meta(att)})
+                                      "attestation": gate.attestation_meta(att)}, tokens=tokens[s])
             dump_json(d / "summary.json", build_summary(d))
         for s, e in engines.items():
             if s in atts:

@@ -223,7 +223,8 @@ def body_for(t: Target, req: PlannedRequest) -> bytes:
     s = t.spec
     ids, text = req.prompt_ids, req.prompt_text
     if ids is not None and s.pool_text is not None:  # a text-only API: send the ids' exact text
-        ids, text = None, "".join(s.pool_text[i] for i in ids)
+        text = "".join(s.pool_text[i] for i in ids)
+        ids = None
     g = GenRequest(max_tokens=req.output_len, prompt_ids=ids, prompt_text=text, messages=req.messages,
                    stream=s.stream)
     return orjson.dumps(t.adapter.build_body(g, s.model))

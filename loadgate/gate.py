@@ -235,14 +235,14 @@ async def verify_fingerprint(e: Engine, att: dict[str, Any], when: str) -> None:
 
 def run_check_only(profile: Profile) -> None:
     """`loadgate check`: the check alone; raises ExactnessFailed (exit 10) when it fails."""
-    from loadgate.runner import new_run_dir, run_async
+    from loadgate.runner import run_async, run_folder
 
     profile.check_files(("exactness",))
 
     async def go() -> CheckOutcome:
-        run_dir = new_run_dir(profile)
-        async with open_engine(profile) as e:
-            return await check_engine(e, run_dir)
+        with run_folder(profile) as run_dir:
+            async with open_engine(profile) as e:
+                return await check_engine(e, run_dir)
 
     outcome = run_async(go())
     print_check(outcome)

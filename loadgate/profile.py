@@ -124,8 +124,10 @@ class Workload:
                                      metadata={"help": "output length in tokens (sent with ignore_eos)"})
     trace: str | None = knob(None, "JSONL trace to replay instead of the distributions (relative to "
                              "the profile); lines repeat when `requests` exceeds them")
-    tokenizer: str | None = knob(None, "local tokenizer.json for engines without /tokenize "
-                                 "(needs the `tokenizers` extra)")
+    tokenizer: str = knob(
+        "server", "where prompt token ids come from: 'server' (the engine's /tokenize), a local Hugging Face "
+        "tokenizer (PATH of a model folder or its tokenizer.json, relative to the profile; its chat template "
+        "gives exact chat prompt lengths), or 'none' (text prompts, every count from the server's usage)")
     shared_prefix: SharedPrefix | None = knob(None, "give prompts a shared prefix, in groups")
     token_mismatch_limit: float = knob(
         0.0, "largest fraction of requests whose prompt or completion token count may differ "
@@ -322,7 +324,7 @@ class Profile:
     def files(self) -> list[tuple[str, str]]:
         """(key path, value as written) of every file the profile names."""
         w, ex = self.workload, self.exactness
-        out = [(k, v) for k, v in (("workload.tokenizer", w.tokenizer), ("workload.trace", w.trace)) if v]
+        out = [(k, v) for k, v in (("workload.tokenizer", self.tokenizer_path), ("workload.trace", w.trace)) if v]
         out += _dist_files("workload.input_len", w.input_len) + _dist_files("workload.output_len", w.output_len)
         if ex is not None:
             if ex.corpus:
@@ -330,6 +332,12 @@ class Profile:
             if ex.baseline != "sim-reference":
                 out.append(("exactness.baseline", ex.baseline))
         return out
+
+    @property
+    def tokenizer_path(self) -> str | None:
+        """`workload.tokenizer` when it names a local tokenizer (not `server` or `none`)."""
+        t = self.workload.tokenizer
+        return None if t in ("server", "none") else t
 
     def check_files(self, sections: tuple[str, ...] = ("workload", "exactness")) -> None:
         """Raise a ProfileError (file, line, key) for the first file named in `sections` that is not
@@ -339,9 +347,10 @@ class Profile:
                 continue
             p = self.resolve(value)
             try:
-                if p.is_file():
+                if p.is_file() or (key == "workload.tokenizer" and (p / "tokenizer.json").is_file()):
                     continue
-                why = "is a directory, expected a file" if p.is_dir() else "file not found"
+                why = ("is a directory without tokenizer.json" if key == "workload.tokenizer" else
+                       "is a directory, expected a file") if p.is_dir() else "file not found"
             except OSError as e:  # a name too long, a folder that may not be read, ...
                 why = f"cannot read ({e.strerror or e})"
             line = None

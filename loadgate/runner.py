@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import platform
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from time import perf_counter_ns, time_ns
 from typing import Any, TypeVar
@@ -40,7 +40,7 @@ from loadgate.records import RecordWriter
 from loadgate.report.table import capacity_table, render_summary
 from loadgate.servermetrics import GaugeSampler, scrape
 from loadgate.summary import build_summary, snapshot_to_json
-from loadgate.workload.pool import chat_overhead, local_pool, server_pool
+from loadgate.workload.pool import TokenPool, token_pool
 
 T = TypeVar("T")
 
@@ -82,6 +82,24 @@ async def discover_model(session: aiohttp.ClientSession, base: str) -> str:
         raise EngineError(f"{base}/v1/models lists no model; set target.model in the profile") from None
 
 
+@contextlib.contextmanager
+def run_folder(profile: Profile) -> Iterator[Path]:
+    """A new run folder that is removed again when the run fails before anything was written to
+    it (an engine that cannot be reached, a missing token source): no empty folders behind."""
+    root = Path(profile.output.dir)
+    made = [p for p in (root, *root.parents) if not p.exists()]  # folders this run creates
+    path = new_run_dir(profile)
+    try:
+        yield path
+    except BaseException:
+        for p in (path, *made):
+            try:
+                p.rmdir()  # only succeeds when empty
+            except OSError:
+                break
+        raise
+
+
 def new_run_dir(profile: Profile) -> Path:
     root = Path(profile.output.dir)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -113,32 +131,41 @@ async def _run(profile: Profile, progress: bool) -> Path:
     from loadgate.gate import open_engine
 
     async with open_engine(profile) as e:
-        run_dir = new_run_dir(profile)
-        await perform(profile, e.base, e.session, e.model, run_dir, progress)
+        with run_folder(profile) as run_dir:
+            await perform(profile, e.base, e.session, e.model, run_dir, progress)
     return run_dir
 
 
+Tokens = tuple[TokenPool, int | None]
+
+
+async def prepare_tokens(profile: Profile, session: aiohttp.ClientSession, base: str, model: str) -> Tokens:
+    """The token pool and the chat template's token count, from `workload.tokenizer`; done before
+    the exactness check so that a missing source fails in a second, not after the check."""
+    return await token_pool(profile.workload.tokenizer, profile.resolve, session, base, model,
+                            profile.target.api, profile.target.api in CHAT_APIS)
+
+
 async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, model: str, run_dir: Path,
-                  progress: bool, extra_meta: dict[str, Any] | None = None) -> None:
+                  progress: bool, extra_meta: dict[str, Any] | None = None, tokens: Tokens | None = None) -> None:
     """The performance phase: warmup, then each load level with counters scraped at the measured
     window's boundaries; writes meta.json, records.jsonl, server.json and health.json."""
-    need_text = profile.target.api in CHAT_APIS
-    tp = (local_pool(str(profile.resolve(profile.workload.tokenizer)), need_text) if profile.workload.tokenizer
-          else await server_pool(session, base, model, need_text, profile.target.api))
+    chat = profile.target.api in CHAT_APIS
+    tp, overhead = tokens or await prepare_tokens(profile, session, base, model)
+    need_text = chat or not tp.exact
     pool = list(tp.ids)
     plan = build_plan(profile, pool)
-    overhead = await chat_overhead(session, base, model, tp) if need_text else 0
     spec = TargetSpec(base, profile.target.api, model, profile.target.timeout_s, stream=profile.load.stream,
                       headers=dict(profile.target.headers), pool_text=tp.text if need_text else None,
-                      prompt_overhead=overhead, transport=profile.load.transport)
+                      prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport)
     metrics_url = profile.metrics_url(base)
     t0 = perf_counter_ns()
     dump_json(run_dir / "meta.json", {
         "loadgate": __version__, "run_id": run_dir.name, "profile": dataclasses.asdict(profile),
         "engine_url": base, "api": profile.target.api, "model": model, "t0_ns": t0,
         "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
-        "levels": levels(profile), "token_pool": {"size": len(pool), "source": tp.source},
-        "chat_template_tokens": overhead if need_text else None, **(extra_meta or {})})
+        "levels": levels(profile), "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
+        "chat_template_tokens": overhead if chat else None, **(extra_meta or {})})
     server: dict[str, Any] = {}
     health: dict[str, Any] = {}
     total = len(plan) * len(levels(profile))
@@ -272,8 +299,8 @@ def _run_ab(profile: Profile, progress: bool, unverified: bool) -> None:
     from loadgate.report.compare_table import as_table, to_json
 
     assert profile.ab is not None
-    run_dir = new_run_dir(profile)
-    run_async(ab.run_ab(profile, run_dir, progress, unverified))
+    with run_folder(profile) as run_dir:
+        run_async(ab.run_ab(profile, run_dir, progress, unverified))
     comps, settings = ab.comparisons(run_dir)
     verdict = ab.verdict(comps, list(profile.ab.decide_on))
     info = ab.load_ab(run_dir)
@@ -297,11 +324,17 @@ def _run_ab(profile: Profile, progress: bool, unverified: bool) -> None:
 
 
 async def _gated(profile: Profile, progress: bool, unverified: bool) -> Path:
+
+    with run_folder(profile) as run_dir:
+        return await _gated_in(profile, progress, unverified, run_dir)
+
+
+async def _gated_in(profile: Profile, progress: bool, unverified: bool, run_dir: Path) -> Path:
     from loadgate import gate
 
-    run_dir = new_run_dir(profile)
     async with gate.open_engine(profile) as e:
         att = None
+        tokens = await prepare_tokens(profile, e.session, e.base, e.model)
         if not unverified:
             outcome = await gate.check_engine(e, run_dir)
             gate.print_check(outcome)
@@ -311,7 +344,7 @@ async def _gated(profile: Profile, progress: bool, unverified: bool) -> Path:
             await gate.verify_fingerprint(e, att, "between the check and the measurement")
             print()
         await perform(profile, e.base, e.session, e.model, run_dir, progress,
-                      extra_meta={"unverified": unverified, "attestation": gate.attestation_meta(att)})
+                      extra_meta={"unverified": unverified, "attestation": gate.attestation_meta(att)}, tokens=tokens)
         if att is not None:
             await gate.verify_fingerprint(e, att, "during the measurement")
     return run_dir

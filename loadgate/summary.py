@@ -33,12 +33,18 @@ def token_check(records: list[dict[str, Any]], limit: float) -> dict[str, Any]:
                   and r["prompt_tokens_planned"] is not None and r["prompt_tokens"] != r["prompt_tokens_planned"]]
     out_bad = [r["i"] for r in checked if (r.get("completion_tokens") if r.get("completion_tokens") is not None
                                            else sum(r["chunk_tokens"])) != r["output_tokens_planned"]]
-    unverified = sum(1 for r in checked if r.get("prompt_tokens") is None or r["prompt_tokens_planned"] is None)
+    no_count = sum(1 for r in checked if r.get("prompt_tokens") is None)
+    unplanned = sum(1 for r in checked if r.get("prompt_tokens") is not None and r["prompt_tokens_planned"] is None)
     bad = set(prompt_bad) | set(out_bad)
     frac = len(bad) / len(checked) if checked else 0.0
+    completion_from: dict[str, int] = {}
+    for r in checked:
+        k = "server usage" if r.get("completion_tokens") is not None else f"chunks ({r.get('token_source')})"
+        completion_from[k] = completion_from.get(k, 0) + 1
     return {"checked": len(checked), "prompt_mismatches": len(prompt_bad), "completion_mismatches": len(out_bad),
-            "prompt_unverified": unverified, "mismatch_fraction": frac, "limit": limit,
-            "examples": sorted(bad)[:10], "ok": frac <= limit}
+            "prompt_unverified": no_count + unplanned, "prompt_no_server_count": no_count,
+            "prompt_not_planned": unplanned, "completion_counts_from": completion_from,
+            "mismatch_fraction": frac, "limit": limit, "examples": sorted(bad)[:10], "ok": frac <= limit}
 
 
 def goodput(records: list[dict[str, Any]], slo: dict[str, float | None], window_s: float | None) -> dict[str, Any] | None:
@@ -121,4 +127,5 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
     return {"run_id": meta["run_id"], "loadgate": meta["loadgate"], "model": meta["model"],
             "api": meta["api"], "load": "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency",
             "levels": levels, "valid": not any(s["invalid"] for s in levels.values()),
-            "attestation": meta.get("attestation"), "unverified": bool(meta.get("unverified"))}
+            "attestation": meta.get("attestation"), "unverified": bool(meta.get("unverified")),
+            "token_pool": meta.get("token_pool"), "chat_template_tokens": meta.get("chat_template_tokens")}

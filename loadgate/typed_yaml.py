@@ -157,7 +157,7 @@ class _NodeReader:
         return self.scalar(node, path)
 
     def scalar(self, node: yaml.Node, path: str) -> Any:
-        text, tag, plain = node.value, node.tag, node.style is None
+        text, tag, plain = node.value, node.tag, getattr(node, "style", None) is None
         if tag == _TAG + "null":
             return None
         if tag == _TAG + "bool":

@@ -10,6 +10,7 @@ from loadgate.jsonutil import load_json
 from loadgate.profile import Distribution, Load, Output, Profile, Target, Workload
 from loadgate.records import read_records
 from loadgate.runner import measure
+from tests.profiles import LAX_BUDGETS
 
 
 def profile_for(url: str, tmp: Path, *, requests: int, concurrency: int | None = None, rate: float | None = None,
@@ -20,7 +21,7 @@ def profile_for(url: str, tmp: Path, *, requests: int, concurrency: int | None =
         workload=Workload(requests=requests, input_len=Distribution(dist="fixed", value=isl),
                           output_len=Distribution(dist="fixed", value=osl)),
         load=Load(concurrency=concurrency, rate=rate, warmup_requests=warmup, **load),
-        output=Output(dir=str(tmp)))
+        health=LAX_BUDGETS, output=Output(dir=str(tmp)))
 
 
 def run(profile: Profile) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:

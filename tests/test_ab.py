@@ -12,19 +12,10 @@ import yaml
 
 from loadgate.cli import main
 from loadgate.jsonutil import load_json
+from tests.profiles import LAX_HEALTH, tiny_corpus
 
 FAST = {"decode_step_us": 1500, "decode_us_per_seq": 40, "prefill_us_per_token": 2}
 SLOW = {"decode_step_us": 2100, "decode_us_per_seq": 56, "prefill_us_per_token": 3}  # 40 % slower
-
-
-def tiny_corpus(tmp: Path) -> Path:
-    p = tmp / "corpus.jsonl"
-    p.write_text("\n".join(orjson.dumps(c).decode() for c in [
-        {"id": "a", "kind": "completion", "prompt": "def add(a, b):", "max_tokens": 12, "tags": ["short"]},
-        {"id": "b", "kind": "completion", "prompt": "The river ran", "max_tokens": 12, "tags": ["short"]},
-        {"id": "c", "kind": "chat", "messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8},
-    ]) + "\n")
-    return p
 
 
 def write_profile(tmp: Path, name: str, *, cand: dict[str, Any], base: dict[str, Any] | None, pairs: int = 5,
@@ -36,6 +27,7 @@ def write_profile(tmp: Path, name: str, *, cand: dict[str, Any], base: dict[str,
                      "output_len": {"dist": "fixed", "value": 24}},
         "load": {"concurrency": concurrency},
         "exactness": {"baseline": "sim-reference", "corpus": str(tiny_corpus(tmp))},
+        "health": LAX_HEALTH,  # about verdicts and exit codes, not the client's health
         "output": {"dir": str(tmp / "out"), "run_id": name},
     }
     if base is not None:

@@ -16,6 +16,7 @@ import yaml
 
 from loadgate.cli import main
 from loadgate.jsonutil import load_json
+from tests.profiles import LAX_HEALTH
 
 FAST = {"decode_step_us": 150, "decode_us_per_seq": 5, "prefill_us_per_token": 0.5}
 
@@ -31,6 +32,7 @@ def profile(tmp: Path, *, sim: dict[str, Any] | None = None, contract: dict[str,
         "load": {"concurrency": 4},
         "exactness": {"baseline": "sim-reference", "contract": contract or {"tier": "bit-exact"},
                       "scenarios": scenarios or {"solo": True}},
+        "health": LAX_HEALTH,
         "output": {"dir": str(tmp / "out"), "run_id": run_id},
     }
     if corpus:

@@ -19,6 +19,7 @@ from loadgate.runner import run_profile
 from loadgate.sim.config import SimConfig, SpeculativeConfig
 from loadgate.sim.process import SimProcess
 from loadgate.summary import build_summary
+from tests.profiles import LAX_HEALTH
 from tests.simtruth import profile_for, run
 
 FAST = SimConfig(seed=5, speculative=SpeculativeConfig(method="draft_model", k=3), decode_step_us=1500,
@@ -39,7 +40,14 @@ def test_warmup_requests_do_not_leak_into_counter_deltas(tmp_path):
 def test_foreign_traffic_during_the_window_trips_the_contamination_check(tmp_path, capsys):
     with SimProcess(FAST) as sim:
         def intruder() -> None:
-            time.sleep(0.3)
+            # inside the measured window: once the simulator's log shows a finished request of the
+            # run (no warmup, so the window is open), with hundreds of decode steps still to come
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                with urllib.request.urlopen(sim.url + "/sim/truth", timeout=10) as r:
+                    if r.read().strip():
+                        break
+                time.sleep(0.005)  # polling the log, not ordering by time
             body = orjson.dumps({"model": "sim-tiny", "prompt": "someone else", "max_tokens": 8, "ignore_eos": True})
             for _ in range(3):
                 req = urllib.request.Request(sim.url + "/v1/completions", data=body,
@@ -85,6 +93,7 @@ target: {{endpoint: embedded, sim: {{decode_step_us: 1000, speculative: {{method
 workload: {{requests: 10, input_len: {{dist: fixed, value: 16}}, output_len: {{dist: fixed, value: 8}}}}
 load: {{concurrency: 2}}
 exactness: {{baseline: sim-reference, scenarios: {{solo: true, concurrent: 4}}}}
+health: {LAX_HEALTH}
 output: {{dir: {tmp_path / 'out'}, run_id: r1}}
 """)
     assert main(["run", "-q", str(prof)]) == 0
@@ -116,6 +125,7 @@ def test_run_without_an_exactness_section_refuses_to_report_speed(tmp_path, caps
 name: bare
 target: {{endpoint: embedded, sim: {{decode_step_us: 500}}}}
 workload: {{requests: 4, input_len: {{dist: fixed, value: 8}}, output_len: {{dist: fixed, value: 4}}}}
+health: {LAX_HEALTH}
 output: {{dir: {tmp_path / 'out'}}}
 """)
     assert main(["run", "-q", str(prof)]) == 11
@@ -248,6 +258,7 @@ target: {{endpoint: embedded, sim: {{decode_step_us: 500}}}}
 workload: {{requests: 6, tokenizer: tok.json, input_len: {{dist: fixed, value: 12}},
            output_len: {{dist: fixed, value: 4}}}}
 load: {{concurrency: 2, warmup_requests: 2}}
+health: {LAX_HEALTH}
 output: {{dir: {tmp_path / 'out'}, run_id: r1}}
 """)
     elsewhere = tmp_path / "elsewhere"

@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 from test_sim_helpers import completion_ids, fast_cfg, post_json, post_stream, run, serve, sse_payloads
 
 from loadgate.sim.config import SimConfig
@@ -158,6 +159,7 @@ def test_requests_beyond_max_num_seqs_wait_and_the_gauges_show_it() -> None:
     assert all(len(completion_ids(ev)) == 10 for _, ev in results)
 
 
+@pytest.mark.timing
 def test_fixed_steps_pace_chunks_and_concurrent_streams_get_their_tokens_in_the_same_step() -> None:
     cfg = fast_cfg(fixed_step_us=5000)
 
@@ -175,6 +177,7 @@ def test_fixed_steps_pace_chunks_and_concurrent_streams_get_their_tokens_in_the_
     assert statistics.median(spreads) < 2.5
 
 
+@pytest.mark.timing
 def test_decode_cost_grows_with_the_batch() -> None:
     cfg = fast_cfg(decode_step_us=2000, decode_us_per_seq=500)
 

@@ -98,6 +98,7 @@ def test_stall_pauses_the_stream_for_stall_s() -> None:
     assert len(completion_ids(got["events"])) == 12 and rec.faults == ["stall"]
 
 
+@pytest.mark.timing
 def test_slow_first_byte_delays_the_headers() -> None:
     got, rec = one(FaultConfig(slow_first_byte=1.0, slow_first_byte_s=0.3))
     assert got["headers_s"] >= 0.29 and got["events"][-1] == "[DONE]" and rec.faults == ["slow_first_byte"]

@@ -36,6 +36,7 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_256_streams_keep_10_ms_steps() -> None:
     cfg = SimConfig(fixed_step_us=10_000, max_num_seqs=256)
     with SimProcess(cfg) as sim:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -217,6 +218,7 @@ def test_a_server_that_closes_after_every_response_is_not_kept_alive_for_long():
     assert pools[0].reuses_ok == 0 and pools[0].reuses_stale == 3 and not pools[0].reusing
 
 
+@pytest.mark.timing
 def test_a_read_is_stamped_when_its_last_packet_arrived():
     """The kernel's limit, pinned: three events arrive 20 ms apart while the client's loop is
     blocked; one read takes them all, and all three carry the third one's arrival time."""

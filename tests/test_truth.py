@@ -24,6 +24,7 @@ def _close(measured: float, truth: float) -> bool:
     return abs(measured - truth) <= max(0.01 * abs(truth), 0.2)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("concurrency,requests", [(1, 30), (64, 256)])
 def test_ttft_and_itl_percentiles_match_what_the_simulator_sent(tmp_path, concurrency, requests):
     with SimProcess(SPEC) as sim:

@@ -34,7 +34,7 @@ from loadgate.engines.base import (
 )
 from loadgate.engines.llamacpp import llama_spec
 
-_RANK: dict[str, int] = {"ids": 0, "usage": 1, "meta_info": 1, "logprobs": 2, "one_per_chunk": 3}
+_RANK: dict[TokenSource, int] = {"ids": 0, "usage": 1, "meta_info": 1, "logprobs": 2, "one_per_chunk": 3}
 
 
 def _token_key_id(key: Any) -> int:
@@ -216,7 +216,7 @@ class _OpenAIBase:
                     d.chunks.append(Chunk(t_ns, n, list(ids) if ids else None))
                     source_rank = max(source_rank, _RANK[source])
         d.text = "".join(text)
-        d.token_source = next(k for k, v in _RANK.items() if v == source_rank)  # type: ignore[assignment]
+        d.token_source = next(k for k, v in _RANK.items() if v == source_rank)
         if missing_ids or not saw_ids:
             d.output_ids = None
         if not saw_logprobs:

@@ -139,8 +139,8 @@ def judge(scenario: str, observed: list[Observed], baseline: Baseline, contract:
             continue
         c = compare(seq_output(rec), o.output())
         v = verdict(c, contract.near_tie_threshold)
-        ok, why = passes(c, v, contract)
-        out.append(SeqResult(scenario, o.case_id, o.order, o.in_flight, v, ok, why, c, o))
+        ok, why_not = passes(c, v, contract)
+        out.append(SeqResult(scenario, o.case_id, o.order, o.in_flight, v, ok, why_not, c, o))
     return out
 
 

@@ -202,7 +202,7 @@ def latency_cdfs(runs: Mapping[str, Sequence[dict[str, Any]]], out: Path,
                 ax.step(np.concatenate([[x[0]], x]), np.concatenate([[0.0], y]), where="post", color=color,
                         lw=1.6, label=f"{label}: p50 {s['p50']:.3g}, p99 {s['p99']:.3g} {unit}")
                 for q, yq, marker, ls in ((s["p50"], 0.5, "o", ":"), (s["p99"], 0.99, "^", "--")):
-                    if log and q <= 0:  # e.g. ITL p50 0 (tokens read together): no place on a log axis
+                    if q is None or (log and q <= 0):  # e.g. ITL p50 0 (tokens read together): no place on a log axis
                         continue
                     ax.axvline(q, color=color, lw=0.8, ls=ls, alpha=0.7)
                     ax.plot([q], [yq], marker=marker, color=color, ms=6, mec="white", mew=0.8, clip_on=False,

@@ -56,6 +56,33 @@ def _acceptance_lines(a: dict[str, Any]) -> list[str]:
     return out
 
 
+def _unverified_words(tc: dict[str, Any], summary: dict[str, Any]) -> str:
+    """Why some prompt counts could not be checked against the plan, in words."""
+    if not tc["prompt_unverified"]:
+        return ""
+    if "prompt_no_server_count" not in tc:  # summaries written before the reasons were kept apart
+        return f" ({tc['prompt_unverified']} prompts unverified: server gave no count)"
+    why = []
+    if tc["prompt_no_server_count"]:
+        why.append(f"{tc['prompt_no_server_count']} without a server count")
+    if tc["prompt_not_planned"]:
+        pool = summary.get("token_pool") or {}
+        reason = ("no tokenizer: planned in words" if pool.get("exact") is False else
+                  "the chat template's token count is unknown" if summary.get("chat_template_tokens") is None
+                  and summary.get("api", "").endswith("chat") else "not planned in tokens")
+        why.append(f"{tc['prompt_not_planned']} not planned in tokens ({reason})")
+    return f" (prompts unverified: {'; '.join(why)})"
+
+
+def _count_sources(tc: dict[str, Any], summary: dict[str, Any]) -> str:
+    """Where each token count came from: the plan's tokenizer, the server's usage, the chunks."""
+    pool = summary.get("token_pool") or {}
+    planned = pool.get("source", "unknown")
+    completion = ", ".join(f"{k} {v}" for k, v in sorted((tc.get("completion_counts_from") or {}).items()))
+    return (f"token count sources: prompts planned with {planned}; measured prompt counts: server usage"
+            + (f"; completion counts: {completion}" if completion else ""))
+
+
 def render_summary(summary: dict[str, Any]) -> str:
     out: list[str] = []
     att = summary.get("attestation")
@@ -87,9 +114,8 @@ def render_summary(summary: dict[str, Any]) -> str:
         tc = s.get("token_counts")
         if tc:
             out.append(f"token counts vs plan: {tc['prompt_mismatches']} prompt and {tc['completion_mismatches']} "
-                       f"completion mismatches in {tc['checked']} requests"
-                       + (f" ({tc['prompt_unverified']} prompts unverified: server gave no count)"
-                          if tc["prompt_unverified"] else ""))
+                       f"completion mismatches in {tc['checked']} requests" + _unverified_words(tc, summary))
+            out.append(_count_sources(tc, summary))
         if s.get("new_connections"):
             out.append(f"connections: {s['new_connections']} of {s['requests']} requests opened one first "
                        "(their TTFT includes the connect: the server closed kept-alive connections, or the "

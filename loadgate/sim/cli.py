@@ -126,9 +126,22 @@ def _run(cfg: SimConfig, host: str, port: int) -> None:
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="port to listen on; 0 = any free port")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="YAML mapping of simulator settings (options below override it)")
-def sim(host: str, port: int, config_file: str | None, **knobs: Any) -> None:
+@click.option("--write-tokenizer", "tokenizer_dir", type=click.Path(file_okay=False),
+              help="write the simulator's tokenizer and chat template as a Hugging Face folder (tokenizer.json, "
+                   "tokenizer_config.json) and exit; a profile names it in workload.tokenizer")
+def sim(host: str, port: int, config_file: str | None, tokenizer_dir: str | None, **knobs: Any) -> None:
     """Serve the simulated LLM engine (vLLM OpenAI routes, SGLang /generate, /metrics)."""
-    _run(build_config(config_file, knobs), host, port)
+    cfg = build_config(config_file, knobs)
+    if tokenizer_dir is not None:
+        from loadgate.sim.hf_export import write_hf_tokenizer
+
+        try:
+            folder = write_hf_tokenizer(cfg.vocab_size, Path(tokenizer_dir))
+        except OSError as e:
+            raise UsageError(f"{tokenizer_dir}: cannot write the tokenizer: {e.strerror or e}") from None
+        click.echo(f"wrote the simulator's tokenizer (vocab_size {cfg.vocab_size}) to {folder}")
+        return
+    _run(cfg, host, port)
 
 
 for _k in knob_fields():

@@ -91,6 +91,10 @@ class SimConfig:
     vocab_size: int = knob(4096, "vocabulary size (bytes + merged tokens + specials)", min=512, max=65536)
     near_tie_rate: float = knob(
         0.05, "fraction of positions whose top-2 logprob gap is below 0.3 nats", min=0.0, max=1.0)
+    tokenize: bool = knob(
+        True, "serve /tokenize and /detokenize; off, they answer 404 as most gateways and hosted "
+        "OpenAI-compatible endpoints do (`loadgate sim --write-tokenizer DIR` writes the tokenizer as a "
+        "Hugging Face folder instead)")
     max_model_len: int = knob(32768, "longest context (prompt + output) accepted", min=16)
     max_num_seqs: int = knob(64, "most sequences in one decode step; the rest wait", min=1, max=4096)
     prefill_us_per_token: float = knob(20.0, "prefill cost per prompt token, microseconds", min=0.0)

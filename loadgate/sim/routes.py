@@ -103,6 +103,8 @@ async def health(request: web.Request) -> web.Response:
 
 async def tokenize(request: web.Request) -> web.Response:
     st = request.app[STATE]
+    if not st.cfg.tokenize:
+        raise web.HTTPNotFound()
     try:
         body = await read_json_object(request)
         check_model(body, st.cfg)
@@ -122,6 +124,8 @@ async def tokenize(request: web.Request) -> web.Response:
 
 async def detokenize(request: web.Request) -> web.Response:
     st = request.app[STATE]
+    if not st.cfg.tokenize:
+        raise web.HTTPNotFound()
     try:
         body = await read_json_object(request)
         check_model(body, st.cfg)

@@ -1,13 +1,17 @@
-"""The token pool: real token ids of the target's own tokenizer, from which prompts are drawn.
+"""The token pool: the ids (or words) from which prompts are drawn, and where their counts come from.
 
-Token counts must come from the tokenizer the server uses, never from a guess. The pool is the
-target's `/tokenize` of fixed filler text (`loadgate.workload.text`), or, for engines without
-that route, a local `tokenizer.json` (the optional `tokenizers` extra) named by
-`workload.tokenizer`.
+Token counts must come from the tokenizer the server uses, never from a guess. `workload.tokenizer`
+picks one of three sources:
+- `server` (the default): the target's `/tokenize` of fixed filler text (`loadgate.workload.text`);
+  for chat, its `/tokenize` with `messages` gives what the chat template adds;
+- a path: a local Hugging Face tokenizer (`loadgate.workload.hf`: a model folder or its
+  `tokenizer.json`); for chat, its chat template rendered as transformers does;
+- `none`: no tokenizer at all (gateways, hosted endpoints). Prompts are then text made of filler
+  words, planned in words; every count is the server's own usage count, and the report says so.
 
 APIs that only take text (OpenAI chat) need prompts whose token count is known in advance. For
 them the pool keeps only *word tokens*: ids whose text is a space followed by letters and which
-the server tokenizes back to exactly that one id. A prompt made of such pieces re-tokenizes to
+the tokenizer maps back to exactly that one id. A prompt made of such pieces re-tokenizes to
 the same ids in byte-level BPE vocabularies, so its length stays exact; the per-request token
 check verifies it anyway.
 """
@@ -23,7 +27,8 @@ import aiohttp
 
 from loadgate.enginehttp import get_json
 from loadgate.errors import EngineError, UsageError
-from loadgate.workload.text import filler_text
+from loadgate.workload.hf import HFTokenizer, TemplateError
+from loadgate.workload.text import filler_text, filler_words
 
 _WORD = re.compile(r"^ [A-Za-z]{2,}$")
 MAX_TEXT_POOL = 400
@@ -34,32 +39,33 @@ class TokenPool:
     ids: tuple[int, ...]
     text: dict[int, str] = field(default_factory=dict)  # id -> its text, for text-only APIs
     source: str = "server /tokenize"
+    exact: bool = True  # False: ids are word numbers, not token ids (`tokenizer: none`); send text
 
     def prompt_text(self, ids: tuple[int, ...]) -> str:
         return "".join(self.text[i] for i in ids)
 
 
-def local_pool(tokenizer_path: str, need_text: bool) -> TokenPool:
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise UsageError("workload.tokenizer needs the `tokenizers` package: pip install 'loadgate[tokenizers]'") from None
-    try:
-        tok = Tokenizer.from_file(tokenizer_path)
-    except Exception as e:  # the library raises its own exception types
-        raise UsageError(f"{tokenizer_path}: cannot load tokenizer: {e}") from None
-    ids = sorted(set(tok.encode(filler_text(), add_special_tokens=False).ids))
+def local_pool(tok: HFTokenizer, need_text: bool) -> TokenPool:
+    """Token ids of the filler text by a local tokenizer (word tokens only when `need_text`)."""
+    ids = sorted(set(tok.encode(filler_text())))
     text = {}
     if need_text:
         for i in ids:
             piece = tok.decode([i])
-            if _WORD.match(piece) and tok.encode(piece, add_special_tokens=False).ids == [i]:
+            if _WORD.match(piece) and tok.encode(piece) == [i]:
                 text[i] = piece
         ids = sorted(text)[:MAX_TEXT_POOL]
         text = {i: text[i] for i in ids}
     if len(ids) < 20:
-        raise UsageError(f"{tokenizer_path}: found only {len(ids)} usable word tokens to build prompts from")
-    return TokenPool(tuple(ids), text, source=f"local tokenizer {tokenizer_path}")
+        raise UsageError(f"{tok.path}: found only {len(ids)} usable word tokens to build prompts from")
+    return TokenPool(tuple(ids), text, source=f"local tokenizer {tok.path}")
+
+
+def word_pool() -> TokenPool:
+    """`tokenizer: none`: numbered filler words (" river", " cache", ...); prompts are text."""
+    words = filler_words()
+    return TokenPool(tuple(range(len(words))), {i: " " + w for i, w in enumerate(words)},
+                     source="none (text prompts, planned in words)", exact=False)
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -82,8 +88,7 @@ async def server_pool(session: aiohttp.ClientSession, base: str, model: str, nee
     try:
         data = await _post(session, f"{base}/tokenize", tokenize_body(api, model, filler_text()))
     except EngineError as e:
-        raise EngineError(f"{e}; set workload.tokenizer to a local tokenizer.json for engines without "
-                          "/tokenize") from None
+        raise EngineError(f"{e.message.rstrip('.')}; {NO_TOKENIZE}") from None
     ids = sorted({i for i in data.get("tokens") or [] if isinstance(i, int)})
     if not ids:
         raise EngineError(f"{base}/tokenize returned no tokens")
@@ -106,6 +111,11 @@ async def server_pool(session: aiohttp.ClientSession, base: str, model: str, nee
     return TokenPool(tuple(i for i, _ in found), dict(found), source="server /tokenize + /detokenize (word tokens)")
 
 
+NO_TOKENIZE = ("prompt tokens need a source: the server's /tokenize (workload.tokenizer: server, the default), "
+               "a local Hugging Face tokenizer (workload.tokenizer: PATH of the model folder or its tokenizer.json), "
+               "or none (workload.tokenizer: none: text prompts, counts from the server's usage)")
+
+
 async def chat_overhead(session: aiohttp.ClientSession, base: str, model: str, pool: TokenPool) -> int | None:
     """Tokens the chat template adds around one user message (None when the server cannot say)."""
     content = pool.prompt_text(pool.ids[:8])
@@ -116,3 +126,26 @@ async def chat_overhead(session: aiohttp.ClientSession, base: str, model: str, p
         return None
     n = with_template.get("count")
     return None if n is None else int(n) - 8
+
+
+def local_chat_overhead(tok: HFTokenizer, pool: TokenPool) -> int | None:
+    """Tokens a local chat template adds around one user message (None without a usable template)."""
+    content = pool.prompt_text(pool.ids[:8])
+    try:
+        return len(tok.chat_ids([{"role": "user", "content": content}])) - 8
+    except TemplateError:
+        return None
+
+
+async def token_pool(setting: str, resolve: Any, session: aiohttp.ClientSession, base: str, model: str,
+                     api: str, chat: bool) -> tuple[TokenPool, int | None]:
+    """The pool for `workload.tokenizer` (`server`, `none` or a path, given to `resolve`) and the
+    tokens a chat template adds (0 for completion APIs; None when unknown)."""
+    if setting == "none":
+        return word_pool(), None
+    if setting == "server":
+        pool = await server_pool(session, base, model, chat, api)
+        return pool, (await chat_overhead(session, base, model, pool) if chat else 0)
+    tok = HFTokenizer.load(resolve(setting))
+    pool = local_pool(tok, chat)
+    return pool, (local_chat_overhead(tok, pool) if chat else 0)

@@ -37,3 +37,8 @@ def filler_text(n_words: int = 6000, seed: int = 20261129) -> str:
         if r < 0.01:
             out[-1] += "\n"
     return " ".join(out)
+
+
+def filler_words() -> tuple[str, ...]:
+    """The distinct words of the filler text, in a fixed order (prompts of `tokenizer: none`)."""
+    return tuple(dict.fromkeys(_WORDS))
