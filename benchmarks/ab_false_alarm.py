@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadgate import ab  # noqa: E402
-from loadgate.profile import AB, Distribution, Load, Output, Profile, Target, Workload  # noqa: E402
+from loadgate.analysis import ab  # noqa: E402
+from loadgate.config.profile import AB, Distribution, Load, Output, Profile, Target, Workload  # noqa: E402
+from loadgate.config.simconfig import SimConfig  # noqa: E402
 from loadgate.runner import run_async  # noqa: E402
-from loadgate.sim.config import SimConfig  # noqa: E402
 
 BASE = {"decode_step_us": 2000.0, "decode_us_per_seq": 60.0, "prefill_us_per_token": 4.0}
 

@@ -34,11 +34,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loadgate.config.profile import Distribution, Load, Output, Profile, Target, Workload  # noqa: E402
+from loadgate.config.simconfig import SimConfig  # noqa: E402
 from loadgate.jsonutil import load_json  # noqa: E402
-from loadgate.profile import Distribution, Load, Output, Profile, Target, Workload  # noqa: E402
 from loadgate.records import read_records  # noqa: E402
 from loadgate.runner import measure  # noqa: E402
-from loadgate.sim.config import SimConfig  # noqa: E402
 from loadgate.sim.process import SimProcess  # noqa: E402
 
 

@@ -23,9 +23,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadgate.profile import Distribution, Load, Output, Profile, Target, Workload  # noqa: E402
+from loadgate.config.profile import Distribution, Load, Output, Profile, Target, Workload  # noqa: E402
+from loadgate.config.simconfig import SimConfig  # noqa: E402
 from loadgate.runner import measure  # noqa: E402
-from loadgate.sim.config import SimConfig  # noqa: E402
 from loadgate.sim.process import SimProcess  # noqa: E402
 
 

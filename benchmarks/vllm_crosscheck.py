@@ -64,8 +64,8 @@ from typing import Any
 
 import yaml
 
-from loadgate.servermetrics import Snapshot, delta, parse_metrics
-from loadgate.summary import snapshot_from_json
+from loadgate.analysis.summary import snapshot_from_json
+from loadgate.engine.servermetrics import Snapshot, delta, parse_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = REPO / "scripts" / "engines"

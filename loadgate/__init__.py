@@ -1,3 +1,5 @@
 """loadgate: a load tester for LLM serving engines that proves exactness before it reports speed."""
 
-__version__ = "0.1.0"
+from loadgate.version import __version__
+
+__all__ = ["__version__"]

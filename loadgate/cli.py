@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import click
 import orjson
 
-from loadgate import __version__
 from loadgate.errors import EXIT_CODES, LoadgateError
+from loadgate.version import __version__
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -24,12 +24,12 @@ def cli() -> None:
 def validate(profile: str) -> None:
     """Check PROFILE without running anything (keys, values, and that the files it names exist);
     exit 2 with a one-line error if it is invalid."""
-    from loadgate.profile import load_profile
+    from loadgate.config.profile import load_profile
 
     p = load_profile(profile)
     p.check_files()
     if p.workload.trace is not None:
-        from loadgate.plan import trace_of
+        from loadgate.load.plan import trace_of
 
         trace_of(p)
     click.echo(f"{profile}: valid profile {p.name!r}")
@@ -44,7 +44,7 @@ def validate(profile: str) -> None:
 @cli.command()
 def schema() -> None:
     """Print the profile's JSON Schema (for editor completion)."""
-    from loadgate.profile import profile_json_schema
+    from loadgate.config.profile import profile_json_schema
 
     click.echo(orjson.dumps(profile_json_schema(), option=orjson.OPT_INDENT_2).decode())
 
@@ -57,7 +57,7 @@ def schema() -> None:
 def run(profile: str, quiet: bool, unverified: bool) -> None:
     """Run PROFILE: fingerprint the engine, check exactness against the baseline, and only if that
     passes, measure; write results/<run-id>/ and print the report and tables."""
-    from loadgate.profile import load_profile
+    from loadgate.config.profile import load_profile
     from loadgate.runner import run_profile
 
     run_profile(load_profile(profile), progress=not quiet, unverified=unverified)
@@ -68,8 +68,8 @@ def run(profile: str, quiet: bool, unverified: bool) -> None:
 def check(profile: str) -> None:
     """Run only the exactness check of PROFILE; write results/<run-id>/ with the report, reproducer
     bundles and, when it passes, the attestation. Exit 0 passed, 10 failed."""
-    from loadgate.gate import run_check_only
-    from loadgate.profile import load_profile
+    from loadgate.config.profile import load_profile
+    from loadgate.gate.policy import run_check_only
 
     run_check_only(load_profile(profile))
 
@@ -83,8 +83,8 @@ def baseline(profile: str, out: str) -> None:
     raw logprobs, top alternatives and finish reasons; print the file written."""
     from pathlib import Path
 
-    from loadgate.gate import run_baseline
-    from loadgate.profile import load_profile
+    from loadgate.config.profile import load_profile
+    from loadgate.gate.policy import run_baseline
 
     click.echo(run_baseline(load_profile(profile), Path(out)))
 
@@ -96,8 +96,8 @@ def baseline(profile: str, out: str) -> None:
 def fingerprint(profile: str, against: str | None) -> None:
     """Print the configuration fingerprint of PROFILE's engine (canonical JSON and sha256), or the
     fields that differ from a saved one."""
-    from loadgate.gate import show_fingerprint
-    from loadgate.profile import load_profile
+    from loadgate.config.profile import load_profile
+    from loadgate.gate.policy import show_fingerprint
 
     click.echo(show_fingerprint(load_profile(profile), against))
 
@@ -109,7 +109,7 @@ def fingerprint(profile: str, against: str | None) -> None:
 def replay(bundle: str, endpoint: str | None, times: int) -> None:
     """Re-send one reproducer bundle's request alone and compare the answer with its baseline.
     Exit 0 when every answer matches the baseline's tokens, 10 otherwise."""
-    from loadgate.gate import run_replay
+    from loadgate.gate.policy import run_replay
 
     run_replay(bundle, endpoint, times)
 

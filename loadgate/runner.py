@@ -20,10 +20,11 @@ from typing import Any, TypeVar
 import aiohttp
 from tqdm import tqdm
 
-from loadgate import __version__
-from loadgate.attack import Target, TargetSpec
-from loadgate.enginehttp import get_json
-from loadgate.engines import CHAT_APIS
+from loadgate.analysis.summary import build_summary, snapshot_to_json
+from loadgate.config.profile import Profile
+from loadgate.engine.adapters import CHAT_APIS
+from loadgate.engine.http import get_json
+from loadgate.engine.servermetrics import GaugeSampler, scrape
 from loadgate.errors import (
     EngineError,
     ExactnessNotEstablished,
@@ -33,14 +34,13 @@ from loadgate.errors import (
     ThresholdFailed,
 )
 from loadgate.jsonutil import dump_json, load_json
-from loadgate.phase import Phase, WorkerGroup, run_phase_here
-from loadgate.plan import Plan, build_plan, trace_of
-from loadgate.profile import Profile
+from loadgate.load.attack import Target, TargetSpec
+from loadgate.load.plan import Plan, build_plan, trace_of
+from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
+from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.records import RecordWriter
 from loadgate.report.table import capacity_table, render_summary
-from loadgate.servermetrics import GaugeSampler, scrape
-from loadgate.summary import build_summary, snapshot_to_json
-from loadgate.workload.pool import TokenPool, token_pool
+from loadgate.version import __version__
 
 T = TypeVar("T")
 
@@ -128,7 +128,7 @@ async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, bar: tqdm,
 
 
 async def _run(profile: Profile, progress: bool) -> Path:
-    from loadgate.gate import open_engine
+    from loadgate.gate.policy import open_engine
 
     async with open_engine(profile) as e:
         with run_folder(profile) as run_dir:
@@ -182,7 +182,7 @@ async def perform(profile: Profile, base: str, session: aiohttp.ClientSession, m
             try:
                 if plan.n_warmup:
                     await _phase(plan, Phase(plan.warmup_requests(), level, load.rate is not None, tag + "w", t0,
-                                             load.max_in_flight), writer, bar, runner)
+                                             load.max_in_flight, warmup=True), writer, bar, runner)
                 before = await scrape(session, metrics_url)
                 sampler = GaugeSampler(session, metrics_url)
                 if before is not None:
@@ -258,7 +258,7 @@ def _thresholds(profile: Profile, cand: dict[str, dict[str, Any]], base: dict[st
     """Evaluate the profile's thresholds on every load level; print them; return them as JSON."""
     if not profile.thresholds:
         return []
-    from loadgate import thresholds as th
+    from loadgate.analysis import thresholds as th
 
     ts = th.parse_all({k: list(v) for k, v in profile.thresholds.items()})
     out = []
@@ -295,7 +295,7 @@ def _finish(valid: bool, problems: list[str], thresholds: list[dict[str, Any]], 
 
 
 def _run_ab(profile: Profile, progress: bool, unverified: bool) -> None:
-    from loadgate import ab
+    from loadgate.analysis import ab
     from loadgate.report.compare_table import as_table, to_json
 
     assert profile.ab is not None
@@ -330,7 +330,7 @@ async def _gated(profile: Profile, progress: bool, unverified: bool) -> Path:
 
 
 async def _gated_in(profile: Profile, progress: bool, unverified: bool, run_dir: Path) -> Path:
-    from loadgate import gate
+    from loadgate.gate import policy as gate
 
     async with gate.open_engine(profile) as e:
         att = None

@@ -17,7 +17,7 @@ def fixtures_dir() -> Path:
 
 def sse_events(path: Path) -> list[tuple[int, bytes]]:
     """A recorded SSE stream's events, event k arriving at "time" k; the stream must be complete."""
-    from loadgate.sse import frame_sse
+    from loadgate.load.sse import frame_sse
 
     events, truncated = frame_sse([(0, path.read_bytes())])
     assert not truncated, path

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from loadgate.config.profile import Distribution, Load, Output, Profile, Target, Workload
 from loadgate.jsonutil import load_json
-from loadgate.profile import Distribution, Load, Output, Profile, Target, Workload
 from loadgate.records import read_records
 from loadgate.runner import measure
 from tests.profiles import LAX_BUDGETS

@@ -130,7 +130,7 @@ def test_a_concurrency_sweep_prints_a_capacity_table_and_the_highest_level_meeti
 def test_no_change_is_never_a_verdict_without_evidence():
     """A deciding figure with no value on one side (every request failed, no counters) is n/a, and
     so is a comparison of nothing; the run maps n/a to inconclusive (exit 22), never to exit 0."""
-    from loadgate.compare import compare_figure, overall, worst
+    from loadgate.analysis.abstats import compare_figure, overall, worst
 
     missing = compare_figure("ttft.p50", [10.0, 11.0, 10.5], [None, None, None])
     same = compare_figure("ttft.p50", [10.0, 10.1, 9.9, 10.0, 10.05], [10.0, 10.1, 9.9, 10.0, 10.05])

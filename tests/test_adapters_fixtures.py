@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from loadgate.engines import adapter_for
-from loadgate.engines.base import GenRequest
+from loadgate.engine.adapters import adapter_for
+from loadgate.engine.adapters.base import GenRequest
 from tests.fixtures_path import fixture_file, sse_events
 
 
@@ -106,8 +106,8 @@ def test_llama_server_v1_final_usage_event_is_not_counted_as_tokens():
 
 
 def test_an_answer_of_an_unexpected_shape_fails_the_request_not_the_run():
-    from loadgate.attack import Raw, decode
-    from loadgate.engines.base import ErrorInfo
+    from loadgate.engine.adapters.base import ErrorInfo
+    from loadgate.load.attack import Raw, decode
 
     for api in ("openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-chat"):
         raw = Raw(start_ns=0)

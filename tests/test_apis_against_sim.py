@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadgate.sim.config import SimConfig, SpeculativeConfig
+from loadgate.analysis.summary import build_summary
+from loadgate.config.simconfig import SimConfig, SpeculativeConfig
 from loadgate.sim.process import SimProcess
-from loadgate.summary import build_summary
 from tests.simtruth import profile_for, run
 
 CFG = SimConfig(seed=9, speculative=SpeculativeConfig(method="draft_model", k=4), decode_step_us=1000,

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from loadgate.config.simconfig import SimConfig
 from loadgate.errors import UsageError
 from loadgate.exactness.corpus import (
     Case,
@@ -22,9 +23,8 @@ from loadgate.exactness.corpus import (
     parse_case,
     render_jsonl,
 )
-from loadgate.sim.config import SimConfig
+from loadgate.load.workload.text import filler_text
 from loadgate.sim.process import SimProcess
-from loadgate.workload.text import filler_text
 
 REPO = Path(__file__).resolve().parents[1]
 # Changing any case, or the generated text behind one, changes this hash and so invalidates every

@@ -152,7 +152,7 @@ def test_replay_reruns_one_bundle_alone(tmp_path, capsys):
     capsys.readouterr()
     # the embedded engine is gone; the same configuration alone answers like the baseline (the
     # batch effect needs company), which is what replay shows
-    from loadgate.sim.config import DivergenceConfig, SimConfig
+    from loadgate.config.simconfig import DivergenceConfig, SimConfig
     from loadgate.sim.process import SimProcess
 
     with SimProcess(SimConfig(divergence=DivergenceConfig(batch_variant=True), **FAST)) as sim:
@@ -162,9 +162,9 @@ def test_replay_reruns_one_bundle_alone(tmp_path, capsys):
 
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_fingerprint_change_around_the_measurement_stops_with_exit_11(tmp_path, monkeypatch, capsys, when):
-    import loadgate.gate as gate
+    import loadgate.gate.policy as gate
     import loadgate.runner as runner
-    from loadgate.sim.config import SimConfig
+    from loadgate.config.simconfig import SimConfig
     from loadgate.sim.process import SimProcess
 
     cfg = SimConfig(**FAST)

@@ -20,7 +20,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from loadgate.fingerprint import (
+from loadgate.config.simconfig import SimConfig, SpeculativeConfig
+from loadgate.gate.fingerprint import (
     ABSENT,
     VOLATILE_KEYS,
     build,
@@ -30,7 +31,6 @@ from loadgate.fingerprint import (
     fingerprint_hash,
     introspect,
 )
-from loadgate.sim.config import SimConfig, SpeculativeConfig
 from loadgate.sim.server import running_sim
 from tests.fixtures_path import fixture_file
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import orjson
 
-from loadgate.engines import adapter_for, chat_api_for
-from loadgate.engines.base import Decoded, GenRequest
-from loadgate.servermetrics import parse_metrics
-from loadgate.specdec import contamination, from_counters, from_records, reconcile
+from loadgate.analysis.specdec import contamination, from_counters, from_records, reconcile
+from loadgate.engine.adapters import adapter_for, chat_api_for
+from loadgate.engine.adapters.base import Decoded, GenRequest
+from loadgate.engine.servermetrics import parse_metrics
 from tests.fixtures_path import sse_events
 
 D = Path(__file__).parent / "data" / "llama-server-v1"

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from loadgate.metrics import METRIC_BY_NAME, stats, summarize, throughput
+from loadgate.analysis.metrics import METRIC_BY_NAME, stats, summarize, throughput
 
 MS = 1_000_000
 

@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from loadgate.plan import arrival_offsets_ns, build_plan
-from loadgate.profile import Distribution, Load, MixtureComponent, Profile, SharedPrefix, Workload
-from loadgate.workload.lengths import draw_lengths
+from loadgate.config.profile import Distribution, Load, MixtureComponent, Profile, SharedPrefix, Workload
+from loadgate.load.plan import arrival_offsets_ns, build_plan
+from loadgate.load.workload.lengths import draw_lengths
 
 POOL = list(range(300, 1300))
 
@@ -87,7 +87,7 @@ def test_every_trace_line_is_checked_before_anything_is_sent(tmp_path, line, wor
 
 
 def test_a_text_trace_has_no_planned_prompt_count_and_is_not_a_mismatch():
-    from loadgate.summary import token_check
+    from loadgate.analysis.summary import token_check
 
     recs = [{"i": 0, "error": None, "prompt_tokens": 5, "prompt_tokens_planned": None, "completion_tokens": 4,
              "output_tokens_planned": 4, "chunk_tokens": [4]}]

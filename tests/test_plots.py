@@ -17,14 +17,14 @@ pytest.importorskip("matplotlib")
 import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 
+from loadgate.analysis.metrics import METRIC_BY_NAME  # noqa: E402
+from loadgate.analysis.summary import build_summary  # noqa: E402
+from loadgate.config.simconfig import SimConfig, SpeculativeConfig  # noqa: E402
 from loadgate.errors import UsageError  # noqa: E402
-from loadgate.metrics import METRIC_BY_NAME  # noqa: E402
 from loadgate.records import read_records  # noqa: E402
 from loadgate.report import plots  # noqa: E402
 from loadgate.report.html import level_table_html, write_comparison_html, write_html  # noqa: E402
-from loadgate.sim.config import SimConfig, SpeculativeConfig  # noqa: E402
 from loadgate.sim.process import SimProcess  # noqa: E402
-from loadgate.summary import build_summary  # noqa: E402
 from tests.simtruth import profile_for, run  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

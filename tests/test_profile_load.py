@@ -18,10 +18,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgate.cli import main
+from loadgate.config.profile import (
+    Distribution,
+    Load,
+    MixtureComponent,
+    Profile,
+    load_profile,
+    profile_json_schema,
+)
+from loadgate.config.simconfig import SimConfig
+from loadgate.config.typed_yaml import json_schema, load_dataclass, parse_yaml
 from loadgate.errors import ProfileError
-from loadgate.profile import Distribution, Load, MixtureComponent, Profile, load_profile, profile_json_schema
-from loadgate.sim.config import SimConfig
-from loadgate.typed_yaml import json_schema, load_dataclass, parse_yaml
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 QUICKSTART = PROFILES / "quickstart.yaml"

@@ -11,14 +11,14 @@ import urllib.request
 import orjson
 import pytest
 
+from loadgate.analysis.summary import build_summary
 from loadgate.cli import main
+from loadgate.config.profile import HealthBudgets
+from loadgate.config.simconfig import SimConfig, SpeculativeConfig
 from loadgate.errors import MeasurementInvalid
-from loadgate.profile import HealthBudgets
 from loadgate.report.table import render_summary
 from loadgate.runner import run_profile
-from loadgate.sim.config import SimConfig, SpeculativeConfig
 from loadgate.sim.process import SimProcess
-from loadgate.summary import build_summary
 from tests.profiles import LAX_HEALTH
 from tests.simtruth import profile_for, run
 
@@ -177,7 +177,7 @@ def test_a_real_run_folder_with_a_damaged_file_is_a_one_line_error(tmp_path, fil
 
 def test_the_measured_phase_reuses_the_connections_its_warmup_opened(tmp_path, monkeypatch):
     """Otherwise the first `concurrency` measured requests would carry a TCP connect in their TTFT."""
-    from loadgate import transport
+    from loadgate.load import transport
 
     pools: list[transport.Pool] = []
     init = transport.Pool.__init__
@@ -215,9 +215,9 @@ def test_a_failing_load_worker_is_one_line_in_the_parent_and_keeps_its_exit_code
     loadgate's own errors keep their class, so the CLI's exit code is the one a user expects."""
     import asyncio
 
-    from loadgate.attack import TargetSpec
     from loadgate.errors import EngineError, UsageError
-    from loadgate.phase import Phase, WorkerGroup, _worker_error
+    from loadgate.load.attack import TargetSpec
+    from loadgate.load.workers import Phase, WorkerGroup, _worker_error
     from loadgate.records import RecordWriter
 
     prof = profile_for("http://127.0.0.1:9", tmp_path, requests=4, concurrency=2, osl=4)
@@ -244,7 +244,7 @@ def test_a_local_tokenizer_path_is_relative_to_the_profile_like_every_other_path
     used to be read relative to the working directory, unlike corpus, baseline, trace and CSVs)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from loadgate.workload.text import filler_text
+    from loadgate.load.workload.text import filler_text
 
     folder = tmp_path / "prof"
     folder.mkdir()

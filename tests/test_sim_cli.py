@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from loadgate.cli import cli
+from loadgate.config.simconfig import SimConfig
 from loadgate.errors import UsageError
 from loadgate.sim.cli import build_config, option_name
-from loadgate.sim.config import SimConfig
 from loadgate.sim.process import SimProcess
 from loadgate.sim.settings import config_from_mapping, knob_fields
 

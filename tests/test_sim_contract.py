@@ -23,7 +23,7 @@ from test_sim_helpers import (
     vllm_fixture,
 )
 
-from loadgate.sim.config import SpeculativeConfig
+from loadgate.config.simconfig import SpeculativeConfig
 from loadgate.sim.server import RunningSim
 
 SPEC = SpeculativeConfig(method="ngram", k=4)

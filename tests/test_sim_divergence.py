@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 from test_sim_helpers import completion_ids, fast_cfg, post_stream, serve, ulp
 
-from loadgate.sim.config import DivergenceConfig, SimConfig, SpeculativeConfig
+from loadgate.config.simconfig import DivergenceConfig, SimConfig, SpeculativeConfig
 from loadgate.sim.model import SimModel
 from loadgate.sim.server import RunningSim
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from test_sim_helpers import completion_ids, fast_cfg, post_json, post_stream, run, serve, sse_payloads
 
-from loadgate.sim.config import SimConfig
+from loadgate.config.simconfig import SimConfig
 from loadgate.sim.model import SimModel
 from loadgate.sim.server import RunningSim, running_sim
 

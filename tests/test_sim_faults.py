@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from test_sim_helpers import completion_ids, fast_cfg, serve, sse_payloads
 
-from loadgate.sim.config import FaultConfig
+from loadgate.config.simconfig import FaultConfig
 from loadgate.sim.faults import plan_faults
 from loadgate.sim.server import RunningSim
 

@@ -18,8 +18,8 @@ import aiohttp
 import numpy as np
 import orjson
 
+from loadgate.config.simconfig import SimConfig
 from loadgate.exactness.compare import ulp_distance
-from loadgate.sim.config import SimConfig
 from loadgate.sim.server import RunningSim, running_sim
 from tests.fixtures_path import fixture_file
 

@@ -10,7 +10,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from test_sim_helpers import completion_ids, fast_cfg, post_stream, serve
 
-from loadgate.sim.config import SpeculativeConfig
+from loadgate.config.simconfig import SpeculativeConfig
 from loadgate.sim.server import RunningSim
 
 URL = "/v1/completions"

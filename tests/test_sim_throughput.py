@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from loadgate.sim.config import SimConfig
+from loadgate.config.simconfig import SimConfig
 from loadgate.sim.process import SimProcess
 
 # A client that costs next to nothing: raw sockets, no parsing, waits for the chunked terminator.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgate.servermetrics import parse_metrics
-from loadgate.specdec import contamination, from_counters, from_records, per_request_steps, reconcile
+from loadgate.analysis.specdec import contamination, from_counters, from_records, per_request_steps, reconcile
+from loadgate.engine.servermetrics import parse_metrics
 from tests.fixtures_path import fixture_file
 
 

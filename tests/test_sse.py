@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgate.sse import SSEFramer, frame_sse
+from loadgate.load.sse import SSEFramer, frame_sse
 from tests.fixtures_path import fixture_file
 
 

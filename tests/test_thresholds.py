@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgate.errors import UsageError
-from loadgate.summary import level_summary
-from loadgate.thresholds import (
+from loadgate.analysis.summary import level_summary
+from loadgate.analysis.thresholds import (
     METRICS,
     Outcome,
     Threshold,
@@ -24,6 +23,7 @@ from loadgate.thresholds import (
     render,
     to_json,
 )
+from loadgate.errors import UsageError
 
 MS = 1_000_000
 PROFILE: dict[str, Any] = {"workload": {"token_mismatch_limit": 1.0}, "slo": {"ttft_ms": 150}}

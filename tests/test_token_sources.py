@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from loadgate.cli import main
 from loadgate.jsonutil import load_json
+from loadgate.load.workload.hf import HFTokenizer, TemplateError
 from loadgate.records import read_records
 from loadgate.sim.chat import chat_prompt_ids
 from loadgate.sim.hf_export import write_hf_tokenizer
 from loadgate.sim.tokenizer import Tokenizer
 from loadgate.sim.vocab import SPECIAL_TOKENS
-from loadgate.workload.hf import HFTokenizer, TemplateError
 from tests.profiles import LAX_HEALTH, tiny_corpus
 
 SIM_VOCAB = 4096

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgate.transport import Pool, ProtocolConn, SocketConn, parse_response
+from loadgate.load.transport import Pool, ProtocolConn, SocketConn, parse_response
 
 
 def chunked(pieces: list[bytes]) -> bytes:
@@ -135,7 +135,7 @@ def _against(handle, rounds: list[tuple[int, float]], pool_out: list | None = No
     succeeded) and the connections the pool opened; the pool itself goes to `pool_out`."""
     import threading
 
-    from loadgate.attack import Target, TargetSpec, fetch, finish_socket, make_session
+    from loadgate.load.attack import Target, TargetSpec, fetch, finish_socket, make_session
 
     server_loop = asyncio.new_event_loop()
     server = server_loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))

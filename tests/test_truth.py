@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from loadgate.metrics import METRIC_BY_NAME, stats
-from loadgate.sim.config import SimConfig, SpeculativeConfig
+from loadgate.analysis.metrics import METRIC_BY_NAME, stats
+from loadgate.config.simconfig import SimConfig, SpeculativeConfig
 from loadgate.sim.process import SimProcess
 from tests.simtruth import profile_for, run, truth_records_like_loadgate
 
@@ -47,7 +47,7 @@ def test_ttft_and_itl_percentiles_match_what_the_simulator_sent(tmp_path, concur
 
 
 def test_acceptance_length_equals_the_simulators_exactly(tmp_path):
-    from loadgate.summary import build_summary
+    from loadgate.analysis.summary import build_summary
 
     with SimProcess(SPEC) as sim:
         run_dir, records, meta = run(profile_for(sim.url, tmp_path, requests=40, concurrency=8, osl=40, warmup=4))
@@ -68,7 +68,7 @@ def test_acceptance_length_equals_the_simulators_exactly(tmp_path):
 
 
 def test_every_injected_fault_is_counted_once_in_the_right_kind(tmp_path):
-    from loadgate.sim.config import FaultConfig
+    from loadgate.config.simconfig import FaultConfig
 
     cfg = SimConfig(seed=11, decode_step_us=1000, decode_us_per_seq=10,
                     faults=FaultConfig(http_429=0.04, http_500=0.04, http_503=0.04, disconnect=0.05,

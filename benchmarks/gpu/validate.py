@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "engines"))
 from common import Server, free_port  # noqa: E402
 
-from loadgate.workload.text import filler_text  # noqa: E402
+from loadgate.load.workload.text import filler_text  # noqa: E402
 
 
 def corpus(path: Path, n: int, max_tokens: int) -> Path:

@@ -20,10 +20,10 @@ from typing import Any
 
 import orjson
 
-from loadgate import __version__
 from loadgate.errors import UsageError
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.replay import Observed
+from loadgate.version import __version__
 
 FORMAT = 1
 

@@ -18,15 +18,15 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from loadgate import __version__
-from loadgate.attack import Target, TargetSpec, decode, fetch
+from loadgate.config.profile import is_http_url
 from loadgate.errors import UsageError
 from loadgate.exactness.baseline import Baseline, case_record, seq_output
 from loadgate.exactness.check import CheckResult
 from loadgate.exactness.compare import compare
 from loadgate.exactness.contract import DEFAULT_NEAR_TIE_NATS, Contract, passes, verdict
 from loadgate.exactness.replay import Observed
-from loadgate.profile import is_http_url
+from loadgate.load.attack import Target, TargetSpec, decode, fetch
+from loadgate.version import __version__
 
 ROUTE_API = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions",
              "/generate": "sglang", "/completion": "llamacpp"}
@@ -70,7 +70,7 @@ def load_bundle(path: Path) -> dict[str, Any]:
     shape = {"route": str, "request": dict, "baseline": dict, "case": str, "scenario": dict}
     bad = [k for k, t in shape.items() if not isinstance(doc.get(k), t)]
     if not bad:
-        from loadgate.engines import ADAPTERS
+        from loadgate.engine.adapters import ADAPTERS
 
         sc = doc["scenario"]
         checks = {"scenario.name": isinstance(sc.get("name"), str),

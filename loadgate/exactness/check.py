@@ -16,14 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadgate.analysis.specdec import DRAFTS
+from loadgate.config.profile import Scenarios
+from loadgate.engine.servermetrics import Snapshot, delta, first_name
 from loadgate.exactness.baseline import Baseline, seq_output
 from loadgate.exactness.compare import Comparison, compare
 from loadgate.exactness.contract import Contract, Verdict, passes, verdict
 from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.replay import CaseSender, Observed
-from loadgate.profile import Scenarios
-from loadgate.servermetrics import Snapshot, delta, first_name
-from loadgate.specdec import DRAFTS
 
 
 @dataclass

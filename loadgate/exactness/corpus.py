@@ -14,7 +14,7 @@ and the prompt, from exactly one source:
                                        literal `prompt`, appended as is (completion)
   messages [+ tools]                   list of {role, content} messages and optional OpenAI tool
                                        schemas (chat only; chat cases take no other source)
-`filler_text` is `loadgate.workload.text.filler_text`, deterministic on every machine.
+`filler_text` is `loadgate.load.workload.text.filler_text`, deterministic on every machine.
 
 `load_corpus(path)` resolves every prompt to its text and returns a `Corpus` whose `sha256` is the
 sha256 of `orjson.dumps([case.to_json() for case in cases], option=OPT_SORT_KEYS)`: it covers the
@@ -38,7 +38,7 @@ import orjson
 
 import loadgate
 from loadgate.errors import UsageError
-from loadgate.workload.text import filler_text
+from loadgate.load.workload.text import filler_text
 
 KINDS = ("completion", "chat")
 CASE_KEYS = ("id", "kind", "max_tokens", "stop", "tags", "prompt", "prompt_words", "prompt_seed",

@@ -16,13 +16,13 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadgate.attack import Target, TargetSpec, decode, fetch
-from loadgate.enginehttp import get_json
-from loadgate.engines import chat_api_for
-from loadgate.engines.base import Decoded, GenRequest, Sampling
+from loadgate.engine.adapters import chat_api_for
+from loadgate.engine.adapters.base import Decoded, GenRequest, Sampling
+from loadgate.engine.http import get_json
 from loadgate.errors import EngineError
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.corpus import Case
+from loadgate.load.attack import Target, TargetSpec, decode, fetch
 
 
 @dataclass

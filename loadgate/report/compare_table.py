@@ -8,7 +8,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from loadgate.compare import UNITS, FigureComparison
+from loadgate.analysis.abstats import UNITS, FigureComparison
 from loadgate.jsonutil import clean
 
 COLUMNS = ["figure", "unit", "baseline", "candidate", "ratio", "interval", "p (Mann–Whitney)", "decision"]

@@ -14,12 +14,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from loadgate.analysis.metrics import METRIC_BY_NAME
+from loadgate.analysis.summary import build_summary
 from loadgate.jsonutil import load_json
-from loadgate.metrics import METRIC_BY_NAME
 from loadgate.records import read_records
 from loadgate.report import plots
 from loadgate.report.table import TABLE_METRICS, fmt
-from loadgate.summary import build_summary
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 1.5em auto;

@@ -2,7 +2,7 @@
 concurrency sweep. Each plot function takes already-loaded data and an output path, writes one PNG
 and returns the path.
 
-Samples always come from the metric definitions in `loadgate.metrics` (`METRIC_BY_NAME[...].fn`)
+Samples always come from the metric definitions in `loadgate.analysis.metrics` (`METRIC_BY_NAME[...].fn`)
 over successful records, so a plot shows exactly what the summary tables count. matplotlib is the
 optional `plot` extra: it is imported lazily, and only its Agg canvas is used (no pyplot, no global
 backend switch), so plotting works headless and leaves the caller's matplotlib state alone.
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from loadgate.analysis.metrics import METRIC_BY_NAME, is_success, stats
 from loadgate.errors import UsageError
-from loadgate.metrics import METRIC_BY_NAME, is_success, stats
 
 DPI = 110
 CDF_PANEL_SIZE = (5.0, 4.6)  # inches per metric panel of `latency_cdfs`, plus CDF_LEGEND_ROW per run

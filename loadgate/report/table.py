@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from loadgate.metrics import METRIC_BY_NAME
+from loadgate.analysis.metrics import METRIC_BY_NAME
 
 TABLE_METRICS = ("ttft", "ttft_error_adjusted", "itl", "inter_chunk", "tpot", "e2e", "e2e_error_adjusted",
                  "tokens_per_chunk", "client_queue", "request_output_rate")

@@ -9,13 +9,13 @@ from typing import Any
 
 import orjson
 
-from loadgate.compare import FIGURES, FigureComparison, compare_figure, figure, request_level
+from loadgate.analysis.abstats import FIGURES, FigureComparison, compare_figure, figure, request_level
+from loadgate.analysis.summary import build_summary
 from loadgate.errors import UsageError
 from loadgate.jsonutil import clean
 from loadgate.records import read_records
 from loadgate.report import compare_table as ct
 from loadgate.report.table import render_summary, summary_csv, summary_markdown
-from loadgate.summary import build_summary
 
 
 def is_ab(path: Path) -> bool:
@@ -41,7 +41,7 @@ def _render_comps(comps: dict[str, FigureComparison], fmt: str, n_a: int, n_b: i
 
 
 def render_ab(run_dir: Path, fmt: str) -> str:
-    from loadgate import ab
+    from loadgate.analysis import ab
 
     comps, settings = ab.comparisons(run_dir)
     info = read_ab(run_dir)
@@ -78,7 +78,7 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
 
 def read_ab(run_dir: Path) -> dict[str, Any]:
     """`ab.load_ab`, guarded like `read_summary`."""
-    from loadgate import ab
+    from loadgate.analysis import ab
 
     try:
         return ab.load_ab(run_dir)

@@ -3,7 +3,7 @@ served over vLLM's OpenAI routes, SGLang's native `/generate` and vLLM-named Pro
 
 Public entry points (import them from their modules; this package imports nothing eagerly):
   loadgate.sim.server   build_app(cfg), running_sim(cfg, host, port), SimProcess, RunningSim
-  loadgate.sim.config   SimConfig, SpeculativeConfig, DivergenceConfig, FaultConfig
+  loadgate.config.simconfig   SimConfig, SpeculativeConfig, DivergenceConfig, FaultConfig
   loadgate.sim.settings config_from_mapping, knob_fields
   loadgate.sim.model    SimModel (ground_truth, dists, full_logprobs), GroundTruth
   loadgate.sim.tokenizer Tokenizer

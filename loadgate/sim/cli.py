@@ -21,11 +21,11 @@ from typing import Any
 
 import click
 
+from loadgate.config.simconfig import SimConfig
+from loadgate.config.typed_yaml import parse_yaml
 from loadgate.errors import ProfileError, UsageError
-from loadgate.sim.config import SimConfig
 from loadgate.sim.process import READY_LINE
 from loadgate.sim.settings import KnobField, config_from_mapping, knob_fields
-from loadgate.typed_yaml import parse_yaml
 
 
 def option_name(k: KnobField) -> str:

@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from loadgate.sim.config import DivergenceConfig
+from loadgate.config.simconfig import DivergenceConfig
 from loadgate.sim.hashing import hash_ints, unit
 
 

@@ -32,7 +32,7 @@ import os
 import time
 from collections import deque
 
-from loadgate.sim.config import SimConfig
+from loadgate.config.simconfig import SimConfig
 from loadgate.sim.divergence import FlipPolicy
 from loadgate.sim.hashing import hash_ints, unit
 from loadgate.sim.metrics import EngineCounters, Gauges

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadgate.sim.config import FaultConfig
+from loadgate.config.simconfig import FaultConfig
 from loadgate.sim.hashing import hash_ints, unit
 
 FAULT_NAMES = ("http_429", "http_500", "http_503", "slow_first_byte", "disconnect", "error_event",

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgate.sim.config import SimConfig
+from loadgate.config.simconfig import SimConfig
 from loadgate.sim.hashing import MASK64, hash_ints, mix64, mix64_np, unit, unit_np
 from loadgate.sim.tokenizer import Tokenizer
 from loadgate.sim.vocab import word_like

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loadgate.config.simconfig import SimConfig
 from loadgate.sim.chat import chat_prompt_ids
-from loadgate.sim.config import SimConfig
 from loadgate.sim.errors import ApiError, bad_request
 from loadgate.sim.sequence import GenParams
 from loadgate.sim.tokenizer import Tokenizer

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from loadgate.sim.config import SimConfig
+from loadgate.config.simconfig import SimConfig
 
 READY_LINE = "loadgate sim listening on "  # loadgate.sim.cli prints it
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from loadgate.sim.config import SimConfig
+from loadgate.config.simconfig import SimConfig
 from loadgate.sim.engine import Engine
 from loadgate.sim.model import SimModel
 from loadgate.sim.process import SimProcess

@@ -31,8 +31,7 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import HttpVersion11, web
 
-from loadgate import __version__
-from loadgate.sim.config import SimConfig
+from loadgate.config.simconfig import SimConfig
 from loadgate.sim.engine import Engine
 from loadgate.sim.errors import ApiError
 from loadgate.sim.faults import FaultPlan, plan_faults
@@ -40,6 +39,7 @@ from loadgate.sim.model import SimModel
 from loadgate.sim.sequence import Sequence, StepOutput
 from loadgate.sim.tokenizer import Tokenizer
 from loadgate.sim.truth import RequestTruth, TruthLog
+from loadgate.version import __version__
 
 DONE = b"data: [DONE]\n\n"
 MALFORMED = b'data: {"id": broken\n\n'

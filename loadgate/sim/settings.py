@@ -3,7 +3,7 @@
 `knob_fields()` lists every leaf setting of `SimConfig` with its dotted path, type, default, help
 and bounds, in declaration order (nested sections `speculative`, `divergence`, `faults` expanded);
 the CLI generates its options from it. `config_from_mapping` builds a `SimConfig` from a nested
-mapping with the profile loader (`loadgate.typed_yaml`), so a simulator setting is checked exactly
+mapping with the profile loader (`loadgate.config.typed_yaml`), so a simulator setting is checked exactly
 as the same setting under `target.sim` in a profile. Tuples may be lists or comma-separated
 strings ("0.8,0.6"). A SimConfig goes back to a mapping with `orjson.dumps(cfg)`.
 """
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgate.sim.config import SimConfig
-from loadgate.typed_yaml import load_dataclass
+from loadgate.config.simconfig import SimConfig
+from loadgate.config.typed_yaml import load_dataclass
 
 
 @dataclass(frozen=True)

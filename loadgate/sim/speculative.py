@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadgate.sim.config import SpeculativeConfig
+from loadgate.config.simconfig import SpeculativeConfig
 from loadgate.sim.hashing import hash_ints, unit
 
 

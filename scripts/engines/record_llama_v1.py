@@ -16,8 +16,8 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from loadgate.engines import adapter_for  # noqa: E402
-from loadgate.engines.base import GenRequest  # noqa: E402
+from loadgate.engine.adapters import adapter_for  # noqa: E402
+from loadgate.engine.adapters.base import GenRequest  # noqa: E402
 
 PROMPT = "The quiet river walked over the old garden"
 REQUESTS = [  # (file, api, stream, logprobs)

@@ -28,13 +28,13 @@ import llama  # noqa: E402  (scripts/engines is on sys.path: tests/engines/conft
 import orjson
 import pytest
 
+from loadgate.analysis.summary import snapshot_from_json
 from loadgate.cli import main
-from loadgate.engines.base import Decoded, GenRequest
+from loadgate.engine.adapters.base import Decoded, GenRequest
+from loadgate.engine.servermetrics import delta
 from loadgate.exactness.corpus import Case, Corpus, load_corpus
 from loadgate.jsonutil import load_json
 from loadgate.records import read_records
-from loadgate.servermetrics import delta
-from loadgate.summary import snapshot_from_json
 
 from .conftest import first_difference, post_json
 
@@ -313,7 +313,7 @@ def test_fingerprint_reads_props_and_changes_with_the_slot_count(serve, work, pr
 
 def send(url: str, api: str, req: GenRequest) -> Decoded:
     """One request through loadgate's own transport and adapter; the decoded response."""
-    from loadgate.attack import Target, TargetSpec, decode, fetch, make_session
+    from loadgate.load.attack import Target, TargetSpec, decode, fetch, make_session
     from loadgate.runner import run_async
 
     async def go() -> Decoded:
@@ -374,7 +374,7 @@ def test_v1_completions_answers_the_native_text_finish_reason_and_build(draft, c
 def test_v1_routes_give_loadgate_the_token_ids_when_asked_with_verbose(draft, corpus, baseline, api):
     """Through `verbose` + `return_tokens`: the /v1/completions stream carries the ids (the same as
     the native route's); a chat stream carries none (said as None), its non-streamed body does."""
-    from loadgate.engines import adapter_for
+    from loadgate.engine.adapters import adapter_for
 
     for stream in (True, False):
         d = send(draft.url, api, gen(corpus.cases[0], stream))

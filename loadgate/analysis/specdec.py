@@ -1,0 +1,147 @@
+"""Acceptance length of speculative decoding, from two independent sources, reconciled.
+
+One definition throughout: **acceptance length** = mean tokens emitted per target verify step,
+bonus token included = 1 + accepted draft tokens / verify steps. A step that accepts nothing
+still emits one token (the target's own), so the figure is >= 1; without speculation it is 1.
+
+Sources
+1. Per request (response fields), pooled over the measured requests (a ratio of sums, not a mean
+   of per-request ratios, so long requests weigh by their steps):
+   - vLLM `metrics.speculative_decoding`: verify steps = `num_spec_steps`, accepted =
+     `num_accepted_draft_tokens`;
+   - SGLang `meta_info`: verify steps = `spec_verify_ct`; accepted = `spec_num_correct_drafts`
+     when given, else completion_tokens - 1 - spec_verify_ct (every token but the one from
+     prefill comes from a verify step, one per step is not a draft). SGLang's own
+     `spec_accept_length` = completion_tokens / spec_verify_ct counts the prefill token too;
+     it is kept as reported, never mixed in;
+   - llama.cpp `timings`: accepted = `draft_n_accepted`; it gives no step count, so verify steps
+     = completion_tokens - 1 - accepted (each step emits exactly one non-draft token).
+2. Prometheus counter deltas over the measured window: 1 + Δaccepted / Δdrafts, acceptance rate
+   = Δaccepted / Δdraft_tokens.
+   - vLLM `vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`: a draft is one
+     verify step, so the length has the per-request definition; per-position acceptance from
+     `…num_accepted_tokens_per_pos_total{position}` / Δdrafts;
+   - llama.cpp `llamacpp:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`: `drafts`
+     counts only the steps that verified a draft; a step where the draft proposed nothing is
+     not counted, so 1 + Δaccepted / Δdrafts is the length *per drafting step*, >= the
+     per-request figure. What both sides count alike are tokens: accepted and drafted.
+
+The two sources are reconciled on what they define alike (vLLM: the acceptance length; llama.cpp:
+the accepted and drafted token counts), and must agree when the server saw only loadgate's
+measured traffic; the **contamination check** proves that: the server's Δ successful requests
+(vLLM) and Δ generation tokens (`vllm:generation_tokens_total`, `llamacpp:tokens_predicted_total`)
+must equal the client's own totals for the window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgate.engine.servermetrics import Snapshot, delta, first_name
+
+P = "vllm:"
+LLAMA = "llamacpp:"
+DRAFTS = (P + "spec_decode_num_drafts_total", LLAMA + "spec_decode_num_drafts_total")  # vLLM's, llama.cpp's
+GENERATED = (P + "generation_tokens_total", LLAMA + "tokens_predicted_total")
+
+
+def per_request_steps(r: dict[str, Any]) -> tuple[int, int] | None:
+    """(verify_steps, accepted) for one record under the single definition, or None."""
+    s = r.get("spec")
+    if not s:
+        return None
+    steps, acc = s.get("verify_steps"), s.get("accepted")
+    ct = r.get("completion_tokens")
+    if ct is None:
+        ct = sum(r.get("chunk_tokens") or [])
+    if steps is not None and acc is None and ct:
+        acc = max(ct - 1 - steps, 0)
+    if steps is None and acc is not None and ct:
+        steps = max(ct - 1 - acc, 0)
+    if steps is None or acc is None:
+        return None
+    return int(steps), int(acc)
+
+
+def from_records(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    pairs = [p for r in records if r.get("error") is None and (p := per_request_steps(r)) is not None]
+    if not pairs:
+        return None
+    steps = sum(p[0] for p in pairs)
+    acc = sum(p[1] for p in pairs)
+    sources = sorted({r["spec"]["source"] for r in records if r.get("spec")})
+    drafted = [r["spec"]["draft_tokens"] for r in records
+               if r.get("error") is None and r.get("spec") and r["spec"].get("draft_tokens") is not None]
+    return {
+        "source": ", ".join(sources), "requests": len(pairs), "verify_steps": steps, "accepted": acc,
+        "draft_tokens": sum(drafted) if len(drafted) == len(pairs) else None,
+        "acceptance_length": 1 + acc / steps if steps else None,
+        "acceptance_rate": (acc / sum(drafted)) if drafted and len(drafted) == len(pairs) and sum(drafted) else None,
+        "formula": "1 + sum(accepted) / sum(verify_steps) over successful measured requests",
+    }
+
+
+def from_counters(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
+    name = first_name(after, DRAFTS)
+    drafts = None if name is None else delta(before, after, name)
+    if name is None or drafts is None:
+        return None
+    prefix = name.split(":", 1)[0] + ":"
+    acc = delta(before, after, prefix + "spec_decode_num_accepted_tokens_total") or 0.0
+    dtok = delta(before, after, prefix + "spec_decode_num_draft_tokens_total")
+    pos_after = after.by_label(prefix + "spec_decode_num_accepted_tokens_per_pos_total", "position")
+    pos_before = before.by_label(prefix + "spec_decode_num_accepted_tokens_per_pos_total", "position")
+    per_pos = {k: (v - pos_before.get(k, 0.0)) / drafts for k, v in pos_after.items()} if drafts else {}
+    llama = prefix == LLAMA
+    return {
+        "source": "prometheus counter deltas", "engine": prefix.rstrip(":"), "drafts": drafts, "accepted": acc,
+        "draft_tokens": dtok,
+        "acceptance_length": 1 + acc / drafts if drafts else None,
+        "acceptance_rate": acc / dtok if dtok else None,
+        "per_position_acceptance": dict(sorted(per_pos.items(), key=lambda kv: int(kv[0]))),
+        "formula": "1 + Δ num_accepted_tokens_total / Δ num_drafts_total"
+                   + (" (llama.cpp counts only steps that verified a draft: per drafting step)" if llama else ""),
+    }
+
+
+def contamination(before: Snapshot, after: Snapshot, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Compare the server's view of the window with the client's; `clean` False flags the run."""
+    d_req = delta(before, after, P + "request_success_total")
+    if d_req is not None:  # aborted and failed requests are not successes on either side
+        for reason in ("abort", "error"):
+            d_req -= delta(before, after, P + "request_success_total", finished_reason=reason) or 0.0
+    gen = first_name(after, GENERATED)
+    d_gen = None if gen is None else delta(before, after, gen)
+    if d_req is None and d_gen is None:
+        return None
+    ok = [r for r in records if r.get("error") is None]
+    client_req = len(ok)
+    client_gen = sum(r["completion_tokens"] if r.get("completion_tokens") is not None else sum(r["chunk_tokens"])
+                     for r in ok)
+    problems = []
+    if d_req is not None and int(d_req) != client_req:
+        problems.append(f"server finished {int(d_req)} requests in the window, the client {client_req}")
+    if d_gen is not None and int(d_gen) != client_gen:
+        problems.append(f"server generated {int(d_gen)} tokens in the window, the client received {client_gen}")
+    return {"clean": not problems, "server_requests": d_req, "client_requests": client_req,
+            "server_generation_tokens": d_gen, "client_generation_tokens": client_gen, "problems": problems}
+
+
+def reconcile(resp: dict[str, Any] | None, counters: dict[str, Any] | None, tol: float = 0.01) -> dict[str, Any] | None:
+    """Compare the two sources on what they define alike: the acceptance length where the counters'
+    drafts are verify steps (vLLM), else the accepted and drafted token counts (llama.cpp counts
+    only steps that verified a draft)."""
+    if not resp or not counters:
+        return None
+    if counters.get("engine") != "llamacpp":
+        pairs = {"acceptance_length": (resp.get("acceptance_length"), counters.get("acceptance_length"))}
+    else:
+        pairs = {"accepted": (resp.get("accepted"), counters.get("accepted")),
+                 "draft_tokens": (resp.get("draft_tokens"), counters.get("draft_tokens"))}
+    if any(a is None or b is None for a, b in pairs.values()):
+        return None
+    rels = {k: (abs(a - b) / abs(b) if b else (0.0 if a == b else float("inf"))) for k, (a, b) in pairs.items()}
+    rel = max(rels.values())
+    return {"compared": sorted(pairs), "per_request": resp.get("acceptance_length"),
+            "counters": counters.get("acceptance_length"), "values": {k: list(v) for k, v in pairs.items()},
+            "relative_difference": rel, "agree": rel <= tol, "tolerance": tol}

@@ -1,0 +1,400 @@
+"""The profile: one YAML file that names the target engine, the workload and the load.
+
+The frozen dataclasses below are the only definition of the profile format. `load_profile` turns a
+YAML file into a `Profile` with strict validation (see `loadgate.config.typed_yaml`): an unknown key, a
+wrong type, a value out of range or a missing required key raises `ProfileError` naming the file,
+the line, the key path and what was expected. `profile_json_schema` derives the JSON Schema from
+the same definitions. Cross-field rules live in each class's `check()` method, which returns a list
+of (key, reason) problems.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from loadgate.config.knob import knob
+from loadgate.config.simconfig import SimConfig
+from loadgate.errors import ProfileError
+
+API = Literal["openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-completions",
+              "llamacpp-openai-chat"]
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A distribution of token lengths. `dist` picks the family; each family reads its own keys."""
+
+    dist: Literal["fixed", "uniform", "normal", "lognormal", "empirical", "mixture"] = knob(
+        "fixed", "distribution family")
+    value: int | None = knob(None, "fixed: the length", min=1)
+    min: int | None = knob(None, "uniform: lowest length; normal/lognormal: clip below", min=1)
+    max: int | None = knob(None, "uniform: highest length; normal/lognormal: clip above", min=1)
+    mean: float | None = knob(None, "normal: mean; lognormal: mean of the length (not of its log)",
+                              exclusive_min=0.0)
+    std: float | None = knob(None, "normal/lognormal: standard deviation of the length", min=0.0)
+    file: str | None = knob(
+        None, "empirical: CSV of `length,weight` rows (a histogram) or `length,cdf` rows with "
+        "header `length,cdf`; relative to the profile")
+    components: tuple[MixtureComponent, ...] = knob((), "mixture: weighted components")
+
+    def check(self) -> list[tuple[str, str]]:
+        """Keys the family needs are given, keys it ignores are not, and min <= max."""
+        need = {
+            "fixed": ["value"], "uniform": ["min", "max"], "normal": ["mean", "std"],
+            "lognormal": ["mean", "std"], "empirical": ["file"], "mixture": ["components"],
+        }[self.dist]
+        problems = [(k, f"required when dist is {self.dist!r}") for k in need
+                    if getattr(self, k) in (None, ())]
+        reads = need + (["min", "max"] if self.dist in ("normal", "lognormal") else [])
+        problems += [(k, f"not used when dist is {self.dist!r} (it reads: {', '.join(reads)})")
+                     for k in ("value", "min", "max", "mean", "std", "file", "components")
+                     if k not in reads and getattr(self, k) not in (None, ())]
+        if self.min is not None and self.max is not None and self.min > self.max:
+            problems.append(("max", f"must be >= min ({self.min}), got {self.max}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class MixtureComponent:
+    """One part of a mixture: a distribution and its relative weight."""
+
+    weight: float = knob(1.0, "relative weight of this component", exclusive_min=0.0)
+    dist: Distribution = field(default_factory=Distribution, metadata={"help": "the component"})
+
+    def check(self) -> list[tuple[str, str]]:
+        """The component's distribution is complete (also when `dist` was left out)."""
+        return [(f"dist.{key}", reason) for key, reason in self.dist.check()]
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    """Prompts start with one of `groups` shared prefixes of `prefix_len` tokens."""
+
+    groups: int = knob(1, "number of distinct shared prefixes", min=1)
+    prefix_len: int = knob(256, "tokens in each shared prefix", min=1)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The engine under test."""
+
+    endpoint: str = knob("embedded", "'embedded' (in-process simulator) or the engine's base URL, "
+                         "e.g. http://127.0.0.1:8000")
+    api: API = knob("openai-completions", "HTTP API used for generation: openai-* as vLLM/SGLang serve it, "
+                           "llamacpp (llama-server /completion) or llamacpp-openai-* (its /v1 routes)")
+    model: str | None = knob(None, "model name sent in requests; default: the first of /v1/models")
+    sim: SimConfig = field(default_factory=SimConfig,
+                           metadata={"help": "simulator settings (only with endpoint: embedded)"})
+    metrics_url: str | None = knob(None, "Prometheus /metrics URL; default: endpoint + /metrics")
+    timeout_s: float = knob(600.0, "per-request timeout, seconds", exclusive_min=0.0)
+    headers: dict[str, str] = field(default_factory=dict, metadata={"help": "extra HTTP headers"})
+    declared: dict[str, str] = field(default_factory=dict, metadata={
+        "help": "configuration the engine does not serve, for the fingerprint: model revision, weight "
+                "and tokenizer hashes, engine commit, attention backend, dtype, kv dtype, GPU, driver, "
+                "speculative method / draft model / k, determinism flags, …"})
+
+    def check(self) -> list[tuple[str, str]]:
+        """Endpoint and metrics URL are http(s) URLs."""
+        if self.endpoint != "embedded" and not is_http_url(self.endpoint):
+            return [("endpoint", f"expected 'embedded' or an http:// or https:// URL, got {self.endpoint!r}")]
+        if self.metrics_url is not None and not is_http_url(self.metrics_url):
+            return [("metrics_url", f"expected an http:// or https:// URL, got {self.metrics_url!r}")]
+        return []
+
+
+def is_http_url(text: str) -> bool:
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What to send: how many requests, and the prompt and output lengths (or a trace)."""
+
+    requests: int = knob(100, "measured requests (warmup comes on top)", min=1)
+    input_len: Distribution = field(default_factory=lambda: Distribution(dist="fixed", value=128),
+                                    metadata={"help": "prompt length in tokens"})
+    output_len: Distribution = field(default_factory=lambda: Distribution(dist="fixed", value=128),
+                                     metadata={"help": "output length in tokens (sent with ignore_eos)"})
+    trace: str | None = knob(None, "JSONL trace to replay instead of the distributions (relative to "
+                             "the profile); lines repeat when `requests` exceeds them")
+    tokenizer: str = knob(
+        "server", "where prompt token ids come from: 'server' (the engine's /tokenize), a local Hugging Face "
+        "tokenizer (PATH of a model folder or its tokenizer.json, relative to the profile; its chat template "
+        "gives exact chat prompt lengths), or 'none' (text prompts, every count from the server's usage)")
+    shared_prefix: SharedPrefix | None = knob(None, "give prompts a shared prefix, in groups")
+    token_mismatch_limit: float = knob(
+        0.0, "largest fraction of requests whose prompt or completion token count may differ "
+        "from the plan before the run is invalid", min=0.0, max=1.0)
+
+
+@dataclass(frozen=True)
+class Load:
+    """How to send it: closed loop (`concurrency`) or open loop (`rate`)."""
+
+    concurrency: int | tuple[int, ...] | None = knob(
+        None, "closed loop: requests in flight (a list runs a sweep)", min=1)
+    rate: float | None = knob(None, "open loop: mean arrivals per second", exclusive_min=0.0)
+    arrival: Literal["poisson", "gamma", "constant"] = knob("poisson", "open loop arrival process")
+    burstiness: float = knob(1.0, "gamma shape factor: < 1 burstier than Poisson, > 1 smoother",
+                             exclusive_min=0.0)
+    max_in_flight: int | None = knob(None, "open loop: cap on requests in flight", min=1)
+    warmup_requests: int = knob(0, "requests sent first and excluded from every figure", min=0)
+    duration_s: float | None = knob(None, "stop starting requests after this many seconds",
+                                    exclusive_min=0.0)
+    stream: bool = knob(True, "stream responses (SSE)")
+    transport: Literal["socket", "aiohttp"] = knob(
+        "socket", "hot-path HTTP client: 'socket' stamps each read with the kernel's receive time "
+        "(plain HTTP; user-space time for TLS) before any parsing; 'aiohttp' stamps after aiohttp "
+        "parsed the read (later by a task switch)")
+    workers: int = knob(1, "client processes, each with its own event loop; raise it when the "
+                        "client health check says the loop lagged", min=1, max=64)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Exactly one of concurrency and rate; open-loop-only knobs only with rate."""
+        if (self.concurrency is None) == (self.rate is None):
+            return [("concurrency", "give exactly one of `concurrency` (closed loop) or `rate` (open loop)")]
+        if isinstance(self.concurrency, tuple) and not self.concurrency:
+            return [("concurrency", "a sweep needs at least one value")]
+        if self.concurrency is not None and self.max_in_flight is not None:
+            return [("max_in_flight", "only used with `rate` (open loop); closed loop keeps "
+                     "`concurrency` requests in flight")]
+        return []
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What the exactness check requires (see README: contracts)."""
+
+    tier: Literal["bit-exact", "token-exact", "logprob-tolerance", "near-tie-tolerant"] = knob(
+        "bit-exact", "the contract tier")
+    tolerance: float | None = knob(None, "logprob-tolerance: largest logprob difference, nats", min=0.0)
+    gap: float | None = knob(None, "near-tie-tolerant: largest baseline top-2 gap at a divergence, nats",
+                             min=0.0)
+
+    def check(self) -> list[tuple[str, str]]:
+        if self.tier == "logprob-tolerance" and self.tolerance is None:
+            return [("tolerance", "required when tier is 'logprob-tolerance'")]
+        if self.tier == "near-tie-tolerant" and self.gap is None:
+            return [("gap", "required when tier is 'near-tie-tolerant'")]
+        if self.tolerance is not None and self.tier != "logprob-tolerance":
+            return [("tolerance", f"only read when tier is 'logprob-tolerance', not {self.tier!r}")]
+        if self.gap is not None and self.tier != "near-tie-tolerant":
+            return [("gap", f"only read when tier is 'near-tie-tolerant', not {self.tier!r}")]
+        return []
+
+
+@dataclass(frozen=True)
+class Scenarios:
+    """How the corpus is replayed against the candidate; each scenario compares every sequence."""
+
+    solo: bool = knob(True, "each case alone, one request at a time")
+    concurrent: int = knob(0, "every case with this many requests in flight; 0 is off", min=0)
+    repeat: int = knob(0, "this many requests cycling through the cases (run-to-run drift); 0 is off", min=0)
+    repeat_batch: int = knob(8, "requests in flight during `repeat`", min=1)
+    long: bool = knob(False, "the cases tagged `long`, one at a time")
+
+    def check(self) -> list[tuple[str, str]]:
+        if not (self.solo or self.concurrent or self.repeat or self.long):
+            return [("solo", "at least one scenario must be on")]
+        return []
+
+
+@dataclass(frozen=True)
+class Exactness:
+    """The exactness check that must pass before any speed is reported."""
+
+    baseline: str = knob("sim-reference", "baseline file written by `loadgate baseline`, or "
+                         "'sim-reference' (embedded targets: the simulator's own reference output)")
+    corpus: str | None = knob(None, "JSONL corpus of cases; default: workloads/reference.jsonl")
+    contract: Contract = field(default_factory=Contract, metadata={"help": "what must match"})
+    scenarios: Scenarios = field(default_factory=Scenarios, metadata={"help": "how the corpus is replayed"})
+    logprobs: int = knob(2, "top logprobs requested per position (2 gives the near-tie gap)", min=0, max=20)
+    seed: int = knob(0, "sampling seed sent with every request", min=0)
+    speculation: Literal["auto", "on", "off"] = knob(
+        "auto", "whether the check must prove that speculation ran: 'auto' follows the fingerprint")
+    timeout_s: float = knob(600.0, "per-request timeout during the check, seconds", exclusive_min=0.0)
+
+    def check(self) -> list[tuple[str, str]]:
+        """A tier that reads logprobs needs them requested (near-tie-tolerant: two, for the gap)."""
+        need = {"bit-exact": 1, "logprob-tolerance": 1, "near-tie-tolerant": 2}.get(self.contract.tier, 0)
+        if self.logprobs < need:
+            return [("logprobs", f"the {self.contract.tier!r} contract reads logprobs: needs at least {need}, "
+                     f"got {self.logprobs}")]
+        return []
+
+
+@dataclass(frozen=True)
+class AB:
+    """Candidate vs baseline in one profile: `target` is the candidate, `ab.baseline` the baseline;
+    both must be up at once. Runs alternate in pairs (order shuffled within each pair)."""
+
+    baseline: Target = field(default_factory=Target, metadata={"help": "the baseline engine"})
+    pairs: int = knob(5, "baseline/candidate run pairs", min=2, max=100)
+    order_seed: int = knob(0, "seed of the order within each pair", min=0)
+    practical: float = knob(0.05, "smallest relative change that matters (0.05 = 5 %)", min=0.0, max=1.0)
+    practical_ms: float = knob(1.0, "latency changes smaller than this many milliseconds never matter "
+                               "(whatever their relative size)", min=0.0)
+    alpha: float = knob(0.05, "significance level of the rank test", exclusive_min=0.0, max=0.5)
+    confidence: float = knob(0.95, "confidence of the bootstrap interval", exclusive_min=0.5, max=0.999)
+    decide_on: tuple[str, ...] = knob(
+        ("output_throughput", "ttft.p50", "itl.p50", "e2e.p50", "e2e.p99"),
+        "figures whose decisions make the verdict (output_throughput, request_throughput, ttft.p50, "
+        "ttft.p99, itl.p50, itl.p99, tpot.p50, e2e.p50, e2e.p99, acceptance_length)")
+
+    def check(self) -> list[tuple[str, str]]:
+        from loadgate.analysis.abstats import FIGURES
+
+        bad = [f for f in self.decide_on if f not in FIGURES]
+        if bad:
+            return [("decide_on", f"unknown figure {bad[0]!r}; known: {', '.join(FIGURES)}")]
+        return self.baseline.check()
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Per-request service levels for goodput; a request counts as good when it succeeded and met
+    every level given."""
+
+    ttft_ms: float | None = knob(None, "time to first token at most this", exclusive_min=0.0)
+    tpot_ms: float | None = knob(None, "time per output token after the first at most this", exclusive_min=0.0)
+    e2e_ms: float | None = knob(None, "end-to-end latency at most this", exclusive_min=0.0)
+
+
+@dataclass(frozen=True)
+class HealthBudgets:
+    """Limits on the client's own health; exceeding one makes the run invalid (exit code 30)."""
+
+    loop_lag_p99_ms: float = knob(10.0, "event-loop lag p99 (each receive stamp is late by about this)",
+                                  exclusive_min=0.0)
+    gc_pause_max_ms: float = knob(50.0, "longest garbage-collection pause", exclusive_min=0.0)
+    cpu_max: float = knob(0.95, "client CPU as a fraction of one core, per worker process", exclusive_min=0.0)
+    schedule_lag_p99_ms: float = knob(10.0, "open loop: p99 of how late requests were noticed as due",
+                                      exclusive_min=0.0)
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where results go."""
+
+    dir: str = knob("results", "folder that receives results/<run-id>/")
+    run_id: str | None = knob(None, "run folder name; default: <profile name>-<UTC time>")
+
+    def check(self) -> list[tuple[str, str]]:
+        """The run id is one folder name."""
+        if self.run_id is not None and (not self.run_id or "/" in self.run_id or "\\" in self.run_id
+                                        or self.run_id in (".", "..")):
+            return [("run_id", f"expected a folder name (no slashes), got {self.run_id!r}")]
+        return []
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A loadgate profile: the engine under test, what to send, how, and where results go."""
+
+    name: str = knob("run", "name used in run ids and reports")
+    seed: int = knob(0, "seed of the request plan", min=0)
+    target: Target = field(default_factory=Target, metadata={"help": "the engine under test"})
+    workload: Workload = field(default_factory=Workload, metadata={"help": "what to send"})
+    load: Load = field(default_factory=lambda: Load(concurrency=1),
+                       metadata={"help": "how to send it"})
+    exactness: Exactness | None = knob(None, "the exactness check (required by `loadgate run`; "
+                                       "without it only `--unverified` measures)")
+    ab: AB | None = knob(None, "compare against a baseline engine in interleaved runs")
+    thresholds: dict[str, tuple[str, ...]] = field(default_factory=dict, metadata={
+        "help": "k6-style thresholds per metric, e.g. ttft: ['p(99) < 800ms']; see loadgate/thresholds.py"})
+    slo: Slo = field(default_factory=Slo, metadata={"help": "service levels for goodput"})
+    health: HealthBudgets = field(default_factory=HealthBudgets,
+                                  metadata={"help": "client health budgets (run validity)"})
+    output: Output = field(default_factory=Output, metadata={"help": "where results go"})
+    path: str = field(default="", metadata={"internal": True})  # set by the loader: the file read
+
+    def resolve(self, p: str | Path) -> Path:
+        """A path written in the profile: absolute, or relative to the profile file's folder (the
+        working directory for a profile built in code)."""
+        p = Path(p)
+        return p if p.is_absolute() else (Path(self.path).parent if self.path else Path.cwd()) / p
+
+    def files(self) -> list[tuple[str, str]]:
+        """(key path, value as written) of every file the profile names."""
+        w, ex = self.workload, self.exactness
+        out = [(k, v) for k, v in (("workload.tokenizer", self.tokenizer_path), ("workload.trace", w.trace)) if v]
+        out += _dist_files("workload.input_len", w.input_len) + _dist_files("workload.output_len", w.output_len)
+        if ex is not None:
+            if ex.corpus:
+                out.append(("exactness.corpus", ex.corpus))
+            if ex.baseline != "sim-reference":
+                out.append(("exactness.baseline", ex.baseline))
+        return out
+
+    @property
+    def tokenizer_path(self) -> str | None:
+        """`workload.tokenizer` when it names a local tokenizer (not `server` or `none`)."""
+        t = self.workload.tokenizer
+        return None if t in ("server", "none") else t
+
+    def check_files(self, sections: tuple[str, ...] = ("workload", "exactness")) -> None:
+        """Raise a ProfileError (file, line, key) for the first file named in `sections` that is not
+        there, so a run fails before it starts, not after minutes of exactness check."""
+        for key, value in self.files():
+            if key.split(".", 1)[0] not in sections:
+                continue
+            p = self.resolve(value)
+            try:
+                if p.is_file() or (key == "workload.tokenizer" and (p / "tokenizer.json").is_file()):
+                    continue
+                why = ("is a directory without tokenizer.json" if key == "workload.tokenizer" else
+                       "is a directory, expected a file") if p.is_dir() else "file not found"
+            except OSError as e:  # a name too long, a folder that may not be read, ...
+                why = f"cannot read ({e.strerror or e})"
+            line = None
+            if self.path:
+                from loadgate.config.typed_yaml import line_of_key
+
+                line = line_of_key(Path(self.path), key)
+            raise ProfileError(self.path or "profile", line, key, f"{why}: {p}")
+
+    def metrics_url(self, base: str) -> str:
+        """Where the engine's Prometheus metrics are: `target.metrics_url`, else BASE/metrics."""
+        return self.target.metrics_url or base + "/metrics"
+
+    def check(self) -> list[tuple[str, str]]:
+        from loadgate.analysis.thresholds import ThresholdError, parse
+
+        for metric, texts in self.thresholds.items():
+            for k, text in enumerate(texts):
+                try:
+                    parse(metric, text)
+                except ThresholdError as e:
+                    return [(f"thresholds.{metric}[{k}]", e.reason)]
+        if self.ab is not None and self.exactness is not None and self.exactness.baseline == "sim-reference" \
+                and self.ab.baseline.endpoint != "embedded":
+            return [("ab.baseline.endpoint", "exactness.baseline 'sim-reference' needs both engines embedded; "
+                     "write a baseline file with `loadgate baseline`")]
+        return []
+
+
+def _dist_files(key: str, d: Distribution) -> list[tuple[str, str]]:
+    if d.dist == "empirical" and d.file:
+        return [(f"{key}.file", d.file)]
+    return [f for i, c in enumerate(d.components) for f in _dist_files(f"{key}.components[{i}].dist", c.dist)]
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile file; raises ProfileError with file, line, key and reason."""
+    from loadgate.config.typed_yaml import load_dataclass_file
+
+    return load_dataclass_file(Profile, Path(path))
+
+
+def profile_json_schema() -> dict[str, Any]:
+    from loadgate.config.typed_yaml import json_schema
+
+    return json_schema(Profile, title="loadgate profile")

@@ -1,0 +1,107 @@
+"""Settings of the simulated engine.
+
+These frozen dataclasses are the single definition of every simulator knob: the profile loader
+validates a profile's `target.sim` section against them, `loadgate schema` turns them into JSON
+Schema, and `loadgate sim --help` documents them from the same `help` metadata.
+
+Each field is a `loadgate.config.knob` (help text and bounds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from loadgate.config.knob import knob
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding: a draft proposes `k` tokens per step, the target verifies k+1."""
+
+    method: Literal["none", "draft_model", "ngram"] = knob(
+        "none", "speculation method; 'none' decodes one token per step")
+    k: int = knob(4, "draft tokens proposed per verify step", min=1, max=16)
+    acceptance: tuple[float, ...] = knob(
+        (0.8, 0.6, 0.45, 0.3),
+        "probability that draft position i is accepted given positions < i were; "
+        "one value per position, the last repeats for positions beyond the list",
+        min=0.0, max=1.0)
+
+    def check(self) -> list[tuple[str, str]]:
+        """Speculation needs at least one acceptance probability (profiles and `loadgate sim` alike)."""
+        if self.method != "none" and not self.acceptance:
+            return [("acceptance", "needs at least one probability when speculating")]
+        return []
+
+
+@dataclass(frozen=True)
+class DivergenceConfig:
+    """Ways the simulated engine departs from its own reference output. All off by default."""
+
+    batch_variant: bool = knob(
+        False, "at near-tie positions, pick the runner-up token when the decode step holds more "
+        "than one sequence (the max-num-seqs 1 vs 32 effect)")
+    spec_variant: bool = knob(
+        False, "at near-tie positions produced by a verify pass, pick the runner-up token")
+    run_to_run: float = knob(
+        0.0, "probability per request of one runner-up flip at a near-tie position, drawn anew "
+        "on every run (e.g. 0.02 gives about 25 differing in 1,200 requests)", min=0.0, max=1.0)
+    logprob_jitter: int = knob(
+        0, "move every returned logprob by this many float32 ULPs (token ids unchanged)",
+        min=0, max=1_000_000)
+    long_context: int = knob(
+        0, "pick the runner-up at near-tie positions once the context (prompt + output) holds "
+        "more than this many tokens; 0 is off", min=0)
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    """Seeded fault injection; rates are per request, in [0, 1]."""
+
+    http_429: float = knob(0.0, "rate of HTTP 429 (too many requests) answers", min=0.0, max=1.0)
+    http_500: float = knob(0.0, "rate of HTTP 500 answers", min=0.0, max=1.0)
+    http_503: float = knob(0.0, "rate of HTTP 503 answers", min=0.0, max=1.0)
+    disconnect: float = knob(0.0, "rate of streams cut (connection closed) mid-stream", min=0.0, max=1.0)
+    malformed: float = knob(0.0, "rate of streams carrying one malformed SSE data line", min=0.0, max=1.0)
+    error_event: float = knob(
+        0.0, "rate of streams ending in an error event after HTTP 200", min=0.0, max=1.0)
+    stall: float = knob(0.0, "rate of streams that stall mid-stream for `stall_s`", min=0.0, max=1.0)
+    stall_s: float = knob(1.0, "length of a stall, seconds", min=0.0, max=3600.0)
+    slow_first_byte: float = knob(
+        0.0, "rate of requests whose first byte is delayed by `slow_first_byte_s`", min=0.0, max=1.0)
+    slow_first_byte_s: float = knob(0.5, "delay before the first byte, seconds", min=0.0, max=3600.0)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The simulated engine: a deterministic model behind a continuous-batching loop."""
+
+    seed: int = knob(0, "seed of the model's weights, speculation and faults", min=0)
+    model: str = knob("sim-tiny", "served model name")
+    vocab_size: int = knob(4096, "vocabulary size (bytes + merged tokens + specials)", min=512, max=65536)
+    near_tie_rate: float = knob(
+        0.05, "fraction of positions whose top-2 logprob gap is below 0.3 nats", min=0.0, max=1.0)
+    tokenize: bool = knob(
+        True, "serve /tokenize and /detokenize; off, they answer 404 as most gateways and hosted "
+        "OpenAI-compatible endpoints do (`loadgate sim --write-tokenizer DIR` writes the tokenizer as a "
+        "Hugging Face folder instead)")
+    max_model_len: int = knob(32768, "longest context (prompt + output) accepted", min=16)
+    max_num_seqs: int = knob(64, "most sequences in one decode step; the rest wait", min=1, max=4096)
+    prefill_us_per_token: float = knob(20.0, "prefill cost per prompt token, microseconds", min=0.0)
+    decode_step_us: float = knob(4000.0, "cost of a decode step with one sequence, microseconds", min=0.0)
+    decode_us_per_seq: float = knob(
+        150.0, "extra decode step cost per additional running sequence, microseconds", min=0.0)
+    verify_us_per_token: float = knob(
+        300.0, "extra cost per verified token beyond the first in a verify step, microseconds", min=0.0)
+    draft_us_per_token: float = knob(
+        200.0, "cost of proposing one draft token, microseconds", min=0.0)
+    fixed_step_us: float = knob(
+        0.0, "if > 0, every engine step takes exactly this long regardless of batch and prompt "
+        "(benchmark mode: makes send times predictable)", min=0.0)
+    speculative: SpeculativeConfig = field(
+        default_factory=SpeculativeConfig, metadata={"help": "speculative decoding"})
+    divergence: DivergenceConfig = field(
+        default_factory=DivergenceConfig, metadata={"help": "divergence knobs (all off by default)"})
+    faults: FaultConfig = field(
+        default_factory=FaultConfig, metadata={"help": "fault injection (all off by default)"})

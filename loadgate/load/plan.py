@@ -1,0 +1,250 @@
+"""The request plan: profile + seed + token pool -> the exact list of requests. Pure: no I/O.
+
+Same profile, seed and pool give the same list, byte for byte. Measured requests use the
+profile's seed; warmup requests use a derived seed, so changing the warmup count never changes
+the measured requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+import orjson
+
+from loadgate.config.profile import Load, Profile, Workload
+from loadgate.errors import UsageError
+from loadgate.load.workload.lengths import draw_lengths
+
+_WARMUP_SEED_SALT = 0x5EED_0001
+_MEASURED_SALT = 0x5EED_0000
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    """One request. The prompt is token ids (exact length) unless a trace gave text or messages."""
+
+    i: int
+    warmup: bool
+    prompt_ids: tuple[int, ...] | None
+    output_len: int
+    intended_offset_ns: int | None = None  # open loop: offset from the measured phase's start
+    prompt_text: str | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+
+    @property
+    def prompt_len(self) -> int | None:
+        """Planned prompt tokens when known (ids, or a trace's `input_len`)."""
+        return None if self.prompt_ids is None else len(self.prompt_ids)
+
+
+class _TraceRequests:
+    """Requests replayed from a JSONL trace, one object per line, read on access (byte offsets are
+    indexed up front). Accepted shapes:
+      {"input_len": N, "output_len": M}                  lengths; prompt ids drawn from the pool
+      {"prompt_ids": [...], "output_len": M}             exact ids
+      {"prompt": "text", "output_len": M}                text (count checked against the server's)
+      {"messages": [...], "output_len": M}               chat messages
+    `max_tokens` is accepted for `output_len`. With more requests than lines, lines repeat in order."""
+
+    def __init__(self, path: Path, n: int | None, seed: int, pool: np.ndarray) -> None:
+        """Every line is checked here, before anything is sent: a bad line is a one-line error
+        naming the file and line, not a failure in the middle of a run."""
+        self.path, self.seed, self.pool = path, seed, pool
+        self.offsets: list[int] = []
+        self.first_ids_line: str | None = None  # where the first prompt_ids line is (chat APIs take none)
+        try:
+            with open(path, "rb") as f:
+                pos = 0
+                for lineno, line in enumerate(f, 1):
+                    if line.strip():
+                        self.offsets.append(pos)
+                        if "prompt_ids" in self._parse(line, f"{path}:{lineno}") and self.first_ids_line is None:
+                            self.first_ids_line = f"{path}:{lineno}"
+                    pos += len(line)
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read trace: {e.strerror}") from None
+        if not self.offsets:
+            raise UsageError(f"{path}: trace has no requests")
+        self.n = len(self.offsets) if n is None else n
+
+    def __len__(self) -> int:
+        return self.n
+
+    @staticmethod
+    def _parse(line: bytes, where: str) -> dict[str, Any]:
+        """The validated trace object of one line."""
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict):
+            raise UsageError(f"{where}: expected a JSON object with output_len (or max_tokens) and one of "
+                             "input_len, prompt_ids, prompt, messages")
+
+        def count(key: str, minimum: int) -> int:
+            v = obj[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise UsageError(f"{where}: {key}: expected an integer >= {minimum}, got {v!r}")
+            return v
+
+        key = "output_len" if "output_len" in obj or "max_tokens" not in obj else "max_tokens"
+        if key not in obj:
+            raise UsageError(f"{where}: needs output_len (or max_tokens)")
+        obj["output_len"] = count(key, 1)
+        if "prompt_ids" in obj:
+            ids = obj["prompt_ids"]
+            if not isinstance(ids, list) or not ids or not all(
+                    isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**32 for x in ids):
+                raise UsageError(f"{where}: prompt_ids: expected a non-empty list of token ids")
+        elif "input_len" in obj:
+            count("input_len", 1)
+        elif "messages" in obj:
+            if not isinstance(obj["messages"], list) or not all(isinstance(m, dict) for m in obj["messages"]):
+                raise UsageError(f"{where}: messages: expected a list of message objects")
+        elif "prompt" in obj:
+            if not isinstance(obj["prompt"], str):
+                raise UsageError(f"{where}: prompt: expected a string")
+        else:
+            raise UsageError(f"{where}: needs input_len, prompt_ids, prompt or messages")
+        return obj
+
+    def get(self, k: int) -> dict[str, Any]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offsets[k % len(self.offsets)])
+            obj = self._parse(f.readline(), str(self.path))
+        req: dict[str, Any] = {"output_len": obj["output_len"]}
+        if "prompt_ids" in obj:
+            req["prompt_ids"] = tuple(obj["prompt_ids"])
+        elif "input_len" in obj:
+            rng = np.random.default_rng([self.seed, 0x7ACE, k])
+            req["prompt_ids"] = tuple(rng.choice(self.pool, size=obj["input_len"]).tolist())
+        elif "messages" in obj:
+            req["messages"] = tuple(obj["messages"])
+        else:
+            req["prompt_text"] = obj["prompt"]
+        return req
+
+
+class _Requests:
+    """Requests of one kind (warmup or measured), materialized on access so memory stays flat:
+    lengths are drawn up front (two int64 arrays); each prompt comes from its own RNG stream
+    `(seed, salt, k)`, so request k is the same whoever asks and in whatever order."""
+
+    def __init__(self, w: Workload, n: int, seed: int, salt: int, pool: np.ndarray, base_dir: Path) -> None:
+        rng = np.random.default_rng([seed, salt])
+        self.isl = draw_lengths(w.input_len, n, rng, base_dir)
+        self.osl = draw_lengths(w.output_len, n, rng, base_dir)
+        self.prefixes: list[np.ndarray] = []
+        if w.shared_prefix is not None:
+            prng = np.random.default_rng([seed, salt, 0xF1E1D])
+            self.prefixes = [prng.choice(pool, size=w.shared_prefix.prefix_len)
+                             for _ in range(w.shared_prefix.groups)]
+        self.seed, self.salt, self.pool = seed, salt, pool
+
+    def __len__(self) -> int:
+        return len(self.isl)
+
+    def prompt(self, k: int) -> tuple[int, ...]:
+        length = int(self.isl[k])
+        rng = np.random.default_rng([self.seed, self.salt, k])
+        if self.prefixes:
+            pre = self.prefixes[k % len(self.prefixes)][:length]
+            ids = np.concatenate([pre, rng.choice(self.pool, size=length - len(pre))])
+        else:
+            ids = rng.choice(self.pool, size=length)
+        return tuple(ids.tolist())
+
+
+def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int]:
+    """Intended start offsets for an open loop at `load.rate` requests/s.
+
+    poisson: exponential gaps with mean 1/rate; gamma: gamma gaps with shape `burstiness` and
+    mean 1/rate (shape < 1 is burstier than Poisson); constant: gaps of exactly 1/rate.
+    The first request starts at offset 0.
+    """
+    assert load.rate is not None
+    mean = 1.0 / load.rate
+    if load.arrival == "constant":
+        gaps = np.full(n, mean)
+    elif load.arrival == "gamma":
+        gaps = rng.gamma(load.burstiness, mean / load.burstiness, size=n)
+    else:
+        gaps = rng.exponential(mean, size=n)
+    gaps[0] = 0.0
+    return [int(x) for x in np.rint(np.cumsum(gaps) * 1e9)]
+
+
+def trace_of(profile: Profile, pool: np.ndarray | None = None) -> _TraceRequests:
+    """The profile's trace, every line checked (without a pool: only checked, as by `validate`).
+    Token ids cannot go to a chat API, which takes text: such a trace is refused here."""
+    from loadgate.engine.adapters import CHAT_APIS
+
+    w = profile.workload
+    assert w.trace is not None
+    t = _TraceRequests(profile.resolve(w.trace), w.requests, profile.seed,
+                       np.zeros(1, dtype=np.int64) if pool is None else pool)
+    if t.first_ids_line is not None and profile.target.api in CHAT_APIS:
+        raise UsageError(f"{t.first_ids_line}: prompt_ids cannot be sent to target.api {profile.target.api!r}, "
+                         "which takes text: give prompt or messages there, or use a completions API")
+    return t
+
+
+class Plan(Sequence[PlannedRequest]):
+    """Warmup requests first (i = 0..W-1), then the measured ones. A lazy, immutable sequence:
+    `plan[i]` builds request i on demand, identically every time."""
+
+    def __init__(self, profile: Profile, token_pool: Sequence[int]) -> None:
+        pool = np.asarray(token_pool, dtype=np.int64)
+        if pool.size == 0:
+            raise ValueError("empty token pool")
+        base_dir = profile.resolve(".")
+        w, load = profile.workload, profile.load
+        self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir)
+        self.trace: _TraceRequests | None = None
+        if w.trace is not None:
+            self.trace = trace_of(profile, pool)
+        self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir)
+        self.offsets: list[int] | None = None
+        if load.rate is not None:
+            self.offsets = arrival_offsets_ns(load, w.requests, np.random.default_rng([profile.seed, 1]))
+        self.n_warmup = len(self.warm)
+
+    def __len__(self) -> int:
+        return self.n_warmup + len(self.measured)
+
+    @overload
+    def __getitem__(self, i: int) -> PlannedRequest: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[PlannedRequest]: ...
+
+    def __getitem__(self, i: int | slice) -> PlannedRequest | list[PlannedRequest]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i < self.n_warmup:
+            return PlannedRequest(i, True, self.warm.prompt(i), int(self.warm.osl[i]))
+        k = i - self.n_warmup
+        off = None if self.offsets is None else self.offsets[k]
+        if self.trace is not None:
+            t = self.trace.get(k)
+            return PlannedRequest(i, False, t.get("prompt_ids"), t["output_len"], off,
+                                  t.get("prompt_text"), t.get("messages"))
+        return PlannedRequest(i, False, self.measured.prompt(k), int(self.measured.osl[k]), off)
+
+    def warmup_requests(self) -> range:
+        return range(self.n_warmup)
+
+    def measured_requests(self) -> range:
+        return range(self.n_warmup, len(self))
+
+
+def build_plan(profile: Profile, token_pool: Sequence[int]) -> Plan:
+    return Plan(profile, token_pool)

@@ -1,0 +1,237 @@
+"""Run one phase of a plan (warmup or measured, at one load level), in this process or in workers.
+
+One event loop can only stamp so many reads per second before its own lag shows in the figures.
+With `load.workers: N` the phase runs in N processes, each with its own loop and connection pool:
+- closed loop: the concurrency is split across workers (c // N, the first c % N get one more) and
+  all of them draw the next request from one shared counter, so the global order and the global
+  number in flight are those of a single closed loop;
+- open loop: request k goes to worker k % N, each starting its share at the same absolute
+  intended times (`perf_counter_ns` is one system-wide monotonic clock on Linux).
+The workers live for a whole load level (`WorkerGroup`): its warmup and measured phases run in
+the same processes on the same connections. The warmup is split k % N instead of by the shared
+counter, so each worker gets its share in proportion to its slots and every slot opens its
+connection then, however unevenly the workers start (a busy machine). Each worker writes its own part file per phase; the
+parent appends the parts to `records.jsonl` after the phase. Workers rebuild the (pure, lazy)
+plan from the profile and token pool instead of receiving it, so nothing large crosses process
+boundaries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import multiprocessing as mp
+import queue
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any
+
+from loadgate import errors
+from loadgate.config.profile import Profile
+from loadgate.load.attack import Recorder, Target, TargetSpec, closed_loop, make_session, open_loop
+from loadgate.load.health import HealthMonitor
+from loadgate.load.plan import Plan, build_plan
+from loadgate.records import RecordWriter
+
+
+@dataclass(frozen=True)
+class Phase:
+    indices: range  # plan indices sent in this phase
+    level: int | float  # concurrency (closed loop) or rate (open loop)
+    open_loop: bool
+    run_tag: str
+    t0_ns: int
+    max_in_flight: int | None = None
+    duration_s: float | None = None
+    warmup: bool = False  # workers split it k % n (every slot gets one), not by the shared counter
+
+
+def _share(total: int, n: int, j: int) -> int:
+    return total // n + (1 if j < total % n else 0)
+
+
+async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *, concurrency: int | None,
+                 next_index: Callable[[], int | None] | None, start_ns: int | None,
+                 mine: Callable[[int], bool]) -> dict[str, Any]:
+    gc.collect()
+    gc.freeze()  # what exists now (plan, pools, modules) never needs scanning again: shorter pauses
+    monitor = HealthMonitor()
+    monitor.start()
+    stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
+    if phase.open_loop:
+        await open_loop(target, (plan[k] for k in phase.indices if mine(k)), float(phase.level), recorder,
+                        run_tag=phase.run_tag, t0_ns=phase.t0_ns, start_ns=start_ns or perf_counter_ns(),
+                        max_in_flight=phase.max_in_flight, stop_at_ns=stop)
+    else:
+        def draw() -> Iterator[Any]:
+            while next_index is not None and (k := next_index()) is not None:
+                yield plan[k]
+        src = draw() if next_index is not None else (plan[k] for k in phase.indices if mine(k))
+        await closed_loop(target, src, concurrency or int(phase.level), recorder, run_tag=phase.run_tag,
+                          t0_ns=phase.t0_ns, stop_at_ns=stop, level=int(phase.level))
+    return await monitor.stop()
+
+
+async def run_phase_here(target: Target, plan: Plan, phase: Phase, writer: RecordWriter,
+                         on_done: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """Run the phase on the current event loop; returns [health]. The caller keeps `target` open
+    across a level's phases, so the measured phase reuses the connections its warmup opened."""
+    return [await _drive(target, plan, phase, Recorder(target, writer, on_done), concurrency=None,
+                         next_index=None, start_ns=None, mine=lambda k: True)]
+
+
+class WorkerGroup:
+    """`n` load worker processes kept for one load level, so its warmup and measured phases run in
+    the same processes on the same connections (the warmup opens them; measured requests do not pay
+    a connect). Each worker has an inbox; all report on one outbox: parent -> (phase, part file);
+    worker -> ("ready", j); parent -> start time; worker -> ("done", j, health) or
+    ("error", j, kind, message). None in an inbox ends that worker."""
+
+    def __init__(self, spec: TargetSpec, profile: Profile, pool: list[int], n: int, run_dir: Path) -> None:
+        self.n, self.run_dir = n, run_dir
+        self.failed = False
+        ctx = mp.get_context("spawn")
+        self.counter, self.done = ctx.Value("q", 0), ctx.Value("q", 0)
+        self.inboxes = [ctx.Queue() for _ in range(n)]
+        self.outbox = ctx.Queue()
+        self.procs = [ctx.Process(target=_worker, args=(j, n, spec, profile, pool, self.inboxes[j], self.outbox,
+                                                        self.counter, self.done), daemon=True)
+                      for j in range(n)]
+        for p in self.procs:
+            p.start()
+
+    async def _collect(self, kind: str, timeout_s: float | None,
+                       on_progress: Callable[[int], None] | None = None) -> dict[int, Any]:
+        """Wait for one `kind` message from every worker; a worker's error is raised here."""
+        got: dict[int, Any] = {}
+        seen = 0
+        deadline = None if timeout_s is None else perf_counter_ns() + int(timeout_s * 1e9)
+        while len(got) < self.n:
+            try:
+                msg = self.outbox.get_nowait()
+            except queue.Empty:
+                msg = None
+            if on_progress and self.done.value > seen:
+                on_progress(self.done.value - seen)
+                seen = self.done.value
+            if msg is None:
+                dead = [p.exitcode for j, p in enumerate(self.procs) if j not in got and not p.is_alive()]
+                if dead:
+                    try:  # a worker that reported its error and exited: its own error, not a generic one
+                        msg = self.outbox.get(timeout=0.5)
+                    except queue.Empty:
+                        raise RuntimeError(f"{len(dead)} load worker(s) ended unexpectedly (exit codes {dead})") \
+                            from None
+                    if msg[0] != "error":
+                        raise RuntimeError(f"{len(dead)} load worker(s) ended unexpectedly (exit codes {dead})")
+                    raise _worker_error(msg[1], msg[2], msg[3])
+                if deadline is not None and perf_counter_ns() > deadline:
+                    raise RuntimeError(f"load workers not {kind} within {timeout_s:g} s")
+                await asyncio.sleep(0.05)
+                continue
+            if msg[0] == "error":
+                raise _worker_error(msg[1], msg[2], msg[3])
+            got[msg[1]] = msg[2] if len(msg) > 2 else None
+        if on_progress and self.done.value > seen:
+            on_progress(self.done.value - seen)
+        return got
+
+    async def run(self, phase: Phase, writer: RecordWriter,
+                  on_progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+        """Run one phase across the workers; append their records to `writer`'s file."""
+        self.counter.value, self.done.value = phase.indices.start, 0
+        parts = [self.run_dir / f".part-{phase.run_tag}-{j}.jsonl" for j in range(self.n)]
+        try:
+            for j, box in enumerate(self.inboxes):
+                box.put((phase, str(parts[j])))
+            await self._collect("ready", 120.0)
+            start = perf_counter_ns() + 20_000_000  # every worker is ready: start 20 ms from now
+            for box in self.inboxes:
+                box.put(start)
+            health = await self._collect("done", None, on_progress)
+        except BaseException:
+            self.failed = True  # close() stops the others at once: no load after an error
+            raise
+        finally:
+            for part in parts:  # what was recorded is kept, even when a worker failed
+                if part.exists():
+                    writer.append_file(part)
+                    part.unlink()
+        return [health[j] for j in range(self.n)]
+
+    def close(self) -> None:
+        if self.failed:
+            for p in self.procs:
+                p.kill()
+        for box in self.inboxes:
+            box.put(None)
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+def _worker_error(j: int, kind: str, message: str) -> Exception:
+    """A worker's exception, rebuilt in the parent: loadgate's own errors keep their exit code."""
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, errors.LoadgateError):
+        return errors.UsageError(message) if issubclass(cls, errors.UsageError) else cls(message)
+    return RuntimeError(f"load worker {j}: {kind}: {message}")
+
+
+def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any, outbox: Any,
+            counter: Any, done: Any) -> None:
+    from loadgate.runner import run_async  # late import: the child process's own loop
+
+    try:
+        run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done))
+    except BaseException as e:  # reported to the parent, which prints one line; no traceback here
+        msg = e.message if isinstance(e, errors.LoadgateError) else str(e)
+        outbox.put(("error", j, type(e).__name__, msg))
+
+
+async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any,
+                       outbox: Any, counter: Any, done: Any) -> None:
+    plan = build_plan(profile, pool)
+    loop = asyncio.get_running_loop()
+
+    def on_done() -> None:
+        with done.get_lock():
+            done.value += 1
+
+    async with make_session(spec.headers) as session:
+        target = Target(spec, session)  # one pool for every phase this worker runs
+        try:
+            while (msg := await loop.run_in_executor(None, inbox.get)) is not None:
+                phase, part = msg
+                end = phase.indices.stop
+
+                def next_index(end: int = end) -> int | None:
+                    with counter.get_lock():
+                        k = counter.value
+                        if k >= end:
+                            return None
+                        counter.value = k + 1
+                        return int(k)
+
+                outbox.put(("ready", j))
+                start_ns = await loop.run_in_executor(None, inbox.get)
+                if start_ns is None:  # the parent gave up before the start: send nothing
+                    return
+                conc = _share(int(phase.level), n, j) if not phase.open_loop else None
+                p = phase if not phase.open_loop or not phase.max_in_flight else \
+                    Phase(phase.indices, phase.level, True, phase.run_tag, phase.t0_ns,
+                          max(1, _share(phase.max_in_flight, n, j)), phase.duration_s, phase.warmup)
+                health: dict[str, Any] = {}
+                with RecordWriter(Path(part)) as writer:
+                    if conc != 0:
+                        health = await _drive(target, plan, p, Recorder(target, writer, on_done), concurrency=conc,
+                                              next_index=None if phase.open_loop or phase.warmup else next_index,
+                                              start_ns=start_ns, mine=lambda k: k % n == j)
+                outbox.put(("done", j, health))
+        finally:
+            if target.pool is not None:
+                target.pool.close()
