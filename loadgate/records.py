@@ -3,10 +3,11 @@
 `records.jsonl` holds one JSON object per request, written (append + flush) as each request
 finishes, so a crash loses at most the requests in flight and memory stays flat however long the
 run. All times are integer nanoseconds of `time.perf_counter_ns()` relative to the run's origin
-`t0_ns` (kept in `meta.json`).
+`t0_ns` (kept in `meta.json`). In memory a record is a `Record`; on disk it is that dataclass's
+fields as JSON, in order.
 
-Schema version 1 — fields of one record:
-  v                  schema version (1)
+Schema version 2 — fields of one record:
+  v                  schema version (2)
   i                  index in the request plan (warmup requests first)
   warmup             true for warmup requests (excluded from every figure)
   level              the load level this request belongs to: concurrency (closed loop) or rate
@@ -19,7 +20,8 @@ Schema version 1 — fields of one record:
   status             HTTP status or null
   error              null or {"kind": ..., "detail": ...}; kinds: http_status, timeout,
                      disconnect, malformed, error_event, connect, empty
-  prompt_tokens_planned, output_tokens_planned   what the plan asked for
+  prompt_tokens_planned, output_tokens_planned   what the plan asked for (prompt: null when the
+                     plan did not count it in tokens)
   prompt_tokens, completion_tokens               what the server reported (null if it did not)
   chunk_ns           arrival time of each content-bearing chunk, relative to start_ns
   chunk_tokens       tokens carried by each of those chunks
@@ -31,16 +33,19 @@ Schema version 1 — fields of one record:
   read_lag_max_ns    kernel stamps only: the longest wait between data reaching the socket and
                      the client's loop reading it (how busy the client was)
   new_connection     true when the request opened a TCP connection first (its TTFT includes the
-                     connect), false on a kept-alive one, null where unknown (aiohttp transport);
-                     (absent from records of older loadgate versions)
+                     connect), false on a kept-alive one, null where unknown (aiohttp transport)
   spec               null or {source, verify_steps, draft_tokens, accepted,
                      reported_acceptance_length}
+
+Version 1 had the same fields, except that `new_connection` was absent from files written before
+it was added (read as null). `read_records` reads both versions.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,7 +53,86 @@ import orjson
 
 from loadgate.errors import UsageError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpecStats:
+    """What one response said about speculative decoding (None where it did not say)."""
+
+    source: str
+    verify_steps: int | None = None
+    draft_tokens: int | None = None
+    accepted: int | None = None
+    reported_acceptance_length: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """One request, as written to records.jsonl (see the module docstring for each field)."""
+
+    v: int = SCHEMA_VERSION
+    i: int
+    warmup: bool
+    level: int | float
+    intended_ns: int | None
+    ready_ns: int
+    start_ns: int
+    headers_ns: int | None
+    end_ns: int
+    status: int | None
+    error: RecordError | None
+    prompt_tokens_planned: int | None
+    output_tokens_planned: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    token_source: str = "one_per_chunk"
+    finish_reason: str | None = None
+    stamp: str = "user"
+    read_lag_max_ns: int = 0
+    new_connection: bool | None = None
+    spec: SpecStats | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.error is None
+
+    @property
+    def origin_ns(self) -> int:
+        """Where latency counts from: the intended start (open loop), else the actual start."""
+        return self.intended_ns if self.intended_ns is not None else self.start_ns
+
+    @property
+    def output_tokens(self) -> int:
+        """The server's completion count, else the tokens the chunks carried."""
+        return self.completion_tokens if self.completion_tokens is not None else sum(self.chunk_tokens)
+
+    def to_json(self) -> bytes:
+        """One line of records.jsonl (with its newline)."""
+        return orjson.dumps(self, option=orjson.OPT_APPEND_NEWLINE)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Record:
+        """A record from its JSON object (schema v1 or v2); KeyError/TypeError on a wrong shape."""
+        err, spec = d.get("error"), d.get("spec")
+        fields = {k: d[k] for k in _FIELDS if k in d}
+        fields["v"] = SCHEMA_VERSION
+        fields["error"] = None if err is None else RecordError(str(err["kind"]), str(err.get("detail", "")))
+        fields["spec"] = None if spec is None else SpecStats(**{k: spec.get(k) for k in _SPEC_FIELDS})
+        return cls(**fields)
+
+
+_FIELDS = tuple(f for f in Record.__dataclass_fields__ if f not in ("v", "error", "spec"))
+_SPEC_FIELDS = tuple(SpecStats.__dataclass_fields__)
 
 
 class RecordWriter:
@@ -59,8 +143,8 @@ class RecordWriter:
         self._f: IO[bytes] = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
         self.count = 0
 
-    def write(self, record: dict[str, Any]) -> None:
-        self._f.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+    def write(self, record: Record) -> None:
+        self._f.write(record.to_json())
         self.count += 1
 
     def append_file(self, part: Path) -> int:
@@ -88,19 +172,25 @@ class RecordWriter:
         self.close()
 
 
-def read_records(path: Path, *, include_warmup: bool = False) -> Iterator[dict[str, Any]]:
-    """Yield records from a records.jsonl, skipping warmup ones unless asked; a torn last line
-    (a crash mid-write) is skipped."""
+def read_records(path: Path, *, include_warmup: bool = False) -> Iterator[Record]:
+    """Yield records from a records.jsonl (schema v1 or v2), skipping warmup ones unless asked; a
+    torn last line (a crash mid-write) is skipped."""
     with open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
             if not line.endswith(b"\n"):
                 break
             try:
-                rec = orjson.loads(line)
+                obj = orjson.loads(line)
             except orjson.JSONDecodeError as e:
                 raise UsageError(f"{path}:{lineno}: not a JSON record ({e})") from None
-            if not isinstance(rec, dict) or rec.get("v") != SCHEMA_VERSION:
-                got = rec.get("v") if isinstance(rec, dict) else None
-                raise UsageError(f"{path}:{lineno}: record schema v{got} is not supported (want v{SCHEMA_VERSION})")
-            if include_warmup or not rec.get("warmup"):
+            if not isinstance(obj, dict) or obj.get("v") not in READABLE_VERSIONS:
+                got = obj.get("v") if isinstance(obj, dict) else None
+                raise UsageError(f"{path}:{lineno}: record schema v{got} is not supported "
+                                 f"(this loadgate reads v{', v'.join(map(str, READABLE_VERSIONS))})")
+            try:
+                rec = Record.from_json(obj)
+            except (KeyError, TypeError, AttributeError) as e:
+                raise UsageError(f"{path}:{lineno}: not a complete v{obj['v']} record ({type(e).__name__}: {e})") \
+                    from None
+            if include_warmup or not rec.warmup:
                 yield rec

@@ -3,12 +3,13 @@ client recorded with what the simulator says it sent (its ground-truth log)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from loadgate.config.profile import Distribution, Load, Output, Profile, Target, Workload
 from loadgate.jsonutil import load_json
-from loadgate.records import read_records
+from loadgate.records import Record, read_records
 from loadgate.runner import measure
 from tests.profiles import LAX_BUDGETS
 
@@ -24,25 +25,24 @@ def profile_for(url: str, tmp: Path, *, requests: int, concurrency: int | None =
         health=LAX_BUDGETS, output=Output(dir=str(tmp)))
 
 
-def run(profile: Profile) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
+def run(profile: Profile) -> tuple[Path, list[Record], dict[str, Any]]:
     run_dir = measure(profile)
     return run_dir, list(read_records(run_dir / "records.jsonl", include_warmup=True)), load_json(run_dir / "meta.json")
 
 
-def truth_records_like_loadgate(records: list[dict[str, Any]], truth: list[dict[str, Any]], meta: dict[str, Any],
-                                run_tag_prefix: str) -> list[dict[str, Any]]:
+def truth_records_like_loadgate(records: list[Record], truth: list[dict[str, Any]], meta: dict[str, Any],
+                                run_tag_prefix: str) -> list[Record]:
     """For each successful measured record, a copy whose chunk times are the simulator's send times
     (relative to the client's start, same clock), so the same metric functions apply to both."""
     by_id = {t["request_id"]: t for t in truth}
     t0 = meta["t0_ns"]
     out = []
     for r in records:
-        if r["warmup"] or r["error"] is not None:
+        if r.warmup or r.error is not None:
             continue
-        t = by_id[f"{run_tag_prefix}-{r['i']}"]
-        start_abs = t0 + r["start_ns"]
+        t = by_id[f"{run_tag_prefix}-{r.i}"]
+        start_abs = t0 + r.start_ns
         chunks = [c for c in t["chunks"] if c["kind"] in ("tokens", "body") and c["n_tokens"] > 0]
-        out.append({
-            **r, "chunk_ns": [c["send_ns"] - start_abs for c in chunks],
-            "chunk_tokens": [c["n_tokens"] for c in chunks], "end_ns": t["end_ns"] - t0})
+        out.append(dataclasses.replace(r, chunk_ns=[c["send_ns"] - start_abs for c in chunks],
+                                       chunk_tokens=[c["n_tokens"] for c in chunks], end_ns=t["end_ns"] - t0))
     return out

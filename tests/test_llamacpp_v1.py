@@ -16,6 +16,7 @@ from loadgate.engine.adapters import adapter_for, chat_api_for
 from loadgate.engine.adapters.base import Decoded, GenRequest
 from loadgate.engine.servermetrics import parse_metrics
 from tests.fixtures_path import sse_events
+from tests.recs import make_record
 
 D = Path(__file__).parent / "data" / "llama-server-v1"
 COMPLETIONS, CHAT = "llamacpp-openai-completions", "llamacpp-openai-chat"
@@ -97,9 +98,9 @@ def test_llamacpp_counters_give_acceptance_reconciled_on_token_counts_and_a_clea
     before = parse_metrics((D / "metrics_before.txt").read_text())
     after = parse_metrics((D / "metrics_after.txt").read_text())
     ds = [decoded(n) for n in FILES]
-    records = [{"error": None, "completion_tokens": d.completion_tokens,
-                "spec": {"source": d.spec.source, "verify_steps": None, "draft_tokens": d.spec.draft_tokens,
-                         "accepted": d.spec.accepted}} for d in ds]
+    records = [make_record(completion_tokens=d.completion_tokens,
+                           spec={"source": d.spec.source, "verify_steps": None, "draft_tokens": d.spec.draft_tokens,
+                                 "accepted": d.spec.accepted}) for d in ds]
     c = from_counters(before, after)
     assert c is not None and c["engine"] == "llamacpp"
     assert c["accepted"] == sum(d.spec.accepted for d in ds) and c["draft_tokens"] == sum(d.spec.draft_tokens for d in ds)

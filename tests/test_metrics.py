@@ -7,39 +7,41 @@ import math
 import numpy as np
 import pytest
 
-from loadgate.analysis.metrics import METRIC_BY_NAME, stats, summarize, throughput
+from loadgate.analysis.figures import BY_NAME
+from loadgate.analysis.metrics import stats, summarize, throughput
+from loadgate.records import Record
 
 MS = 1_000_000
 
 
-def rec(start_ms, chunk_ms, tokens, *, end_ms=None, error=None, intended_ms=None, ready_ms=None, i=0):
-    return {"v": 1, "i": i, "warmup": False, "level": 1,
+def rec(start_ms, chunk_ms, tokens, *, end_ms=None, error=None, intended_ms=None, ready_ms=None, i=0, status=200):
+    return Record.from_json({"v": 2, "i": i, "warmup": False, "level": 1,
             "intended_ns": None if intended_ms is None else int(intended_ms * MS),
             "ready_ns": int((ready_ms if ready_ms is not None else start_ms) * MS), "start_ns": int(start_ms * MS),
             "headers_ns": None, "end_ns": int((end_ms if end_ms is not None else start_ms + (chunk_ms[-1] if chunk_ms else 0)) * MS),
-            "status": 200, "error": error, "prompt_tokens_planned": 10, "output_tokens_planned": sum(tokens),
+            "status": status, "error": error, "prompt_tokens_planned": 10, "output_tokens_planned": sum(tokens),
             "prompt_tokens": 10, "completion_tokens": sum(tokens), "chunk_ns": [int(c * MS) for c in chunk_ms],
-            "chunk_tokens": list(tokens), "token_source": "ids", "finish_reason": "length", "spec": None}
+            "chunk_tokens": list(tokens), "token_source": "ids", "finish_reason": "length", "spec": None})
 
 
 def test_itl_spreads_a_multi_token_chunk_gap_over_its_tokens():
     r = rec(0, [100, 110, 150], [1, 1, 4])
-    assert METRIC_BY_NAME["itl"].fn(r) == [10.0, 10.0, 10.0, 10.0, 10.0]
-    assert METRIC_BY_NAME["inter_chunk"].fn(r) == [10.0, 40.0]
-    assert METRIC_BY_NAME["tpot"].fn(r) == [50.0 / 5]
-    assert METRIC_BY_NAME["ttft"].fn(r) == [100.0]
-    assert METRIC_BY_NAME["tokens_per_chunk"].fn(r) == [1.0, 1.0, 4.0]
+    assert BY_NAME["itl"].samples(r) == [10.0, 10.0, 10.0, 10.0, 10.0]
+    assert BY_NAME["inter_chunk"].samples(r) == [10.0, 40.0]
+    assert BY_NAME["tpot"].samples(r) == [50.0 / 5]
+    assert BY_NAME["ttft"].samples(r) == [100.0]
+    assert BY_NAME["tokens_per_chunk"].samples(r) == [1.0, 1.0, 4.0]
 
 
 def test_open_loop_latency_counts_from_the_intended_start():
     r = rec(50, [100], [1], intended_ms=20)
-    assert METRIC_BY_NAME["ttft"].fn(r) == [130.0]
-    assert METRIC_BY_NAME["client_queue"].fn(r) == [30.0]
-    assert METRIC_BY_NAME["e2e"].fn(r) == [130.0]
+    assert BY_NAME["ttft"].samples(r) == [130.0]
+    assert BY_NAME["client_queue"].samples(r) == [30.0]
+    assert BY_NAME["e2e"].samples(r) == [130.0]
 
 
 def test_closed_loop_client_queue_is_start_minus_ready():
-    assert METRIC_BY_NAME["client_queue"].fn(rec(7, [1], [1], ready_ms=5)) == [2.0]
+    assert BY_NAME["client_queue"].samples(rec(7, [1], [1], ready_ms=5)) == [2.0]
 
 
 def test_stats_match_numpy_and_empty_is_none():
@@ -53,8 +55,8 @@ def test_stats_match_numpy_and_empty_is_none():
 
 def test_failures_stay_in_the_population_as_infinity():
     ok = [rec(0, [10 + k], [1], i=k) for k in range(98)]
-    bad = [rec(0, [], [], end_ms=5, error={"kind": "http_status", "detail": "HTTP 503"}, i=98 + k) for k in range(2)]
-    bad[0]["status"] = bad[1]["status"] = 503
+    bad = [rec(0, [], [], end_ms=5, error={"kind": "http_status", "detail": "HTTP 503"}, i=98 + k, status=503)
+           for k in range(2)]
     s = summarize(ok + bad)
     assert s["failed"] == 2 and s["errors"] == {"http_503": 2}
     assert s["metrics"]["ttft"]["count"] == 98 and math.isfinite(s["metrics"]["ttft"]["p99"])

@@ -17,14 +17,18 @@ pytest.importorskip("matplotlib")
 import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 
-from loadgate.analysis.metrics import METRIC_BY_NAME  # noqa: E402
+from loadgate.analysis.figures import BY_NAME  # noqa: E402
 from loadgate.analysis.summary import build_summary  # noqa: E402
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig  # noqa: E402
 from loadgate.errors import UsageError  # noqa: E402
-from loadgate.records import read_records  # noqa: E402
+from loadgate.records import (
+    Record,  # noqa: E402
+    read_records,  # noqa: E402
+)
 from loadgate.report import plots  # noqa: E402
 from loadgate.report.html import level_table_html, write_comparison_html, write_html  # noqa: E402
 from loadgate.sim.process import SimProcess  # noqa: E402
+from tests.recs import make_record  # noqa: E402
 from tests.simtruth import profile_for, run  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -81,9 +85,8 @@ def test_each_plot_is_a_non_blank_png_of_the_expected_size(runs, tmp_path):
 
 
 def test_plots_of_runs_without_samples_still_render(tmp_path):
-    failed = {"v": 1, "i": 0, "level": 1, "error": {"kind": "timeout", "detail": ""}, "chunk_ns": [],
-              "chunk_tokens": []}
-    data: dict[str, list[dict[str, Any]]] = {"empty": [], "failed": [failed]}
+    failed = make_record(error={"kind": "timeout", "detail": ""})
+    data: dict[str, list[Record]] = {"empty": [], "failed": [failed]}
     for fn, size in ((plots.itl_by_position, plots.ITL_SIZE), (plots.tokens_per_chunk, plots.CHUNK_SIZE)):
         check_png(fn(data, tmp_path / f"{fn.__name__}.png"), size)
     check_png(plots.latency_cdfs(data, tmp_path / "cdf.png", metrics=("ttft",)), plots.cdf_size(1, 2))
@@ -94,8 +97,8 @@ def test_a_zero_percentile_on_a_log_axis_renders_without_layout_warnings(tmp_pat
     """Events that arrive in one read share a stamp, so ITL can be 0 for most samples (p50 0) while
     the rest spans decades (log axis): the p50 marker has no place there and is left out; drawing
     it collapsed matplotlib's layout (seen on llama-server at 4 slots)."""
-    rec = {"v": 1, "i": 0, "level": 1, "error": None, "start_ns": 0, "headers_ns": 0, "end_ns": 80_000_000,
-           "chunk_ns": [10_000_000] * 30 + [10_400_000, 15_000_000, 60_000_000], "chunk_tokens": [1] * 33}
+    rec = make_record(headers_ns=0, end_ns=80_000_000,
+                      chunk_ns=[10_000_000] * 30 + [10_400_000, 15_000_000, 60_000_000], chunk_tokens=[1] * 33)
     x = plots.metric_samples([rec], "itl")
     assert np.median(x) == 0 and x[x > 0].max() / x[x > 0].min() > 100
     out = plots.latency_cdfs({"run": [rec]}, tmp_path / "cdf.png", metrics=("itl",))
@@ -106,7 +109,7 @@ def test_a_zero_percentile_on_a_log_axis_renders_without_layout_warnings(tmp_pat
 def test_tokens_per_chunk_fractions_match_the_records(runs):
     for name in ("spec", "plain"):
         rs = recs(runs[name])
-        counts = Counter(n for r in rs if r["error"] is None for n in r["chunk_tokens"])
+        counts = Counter(n for r in rs if r.error is None for n in r.chunk_tokens)
         total = sum(counts.values())
         got = plots.chunk_token_fractions(rs)
         assert got == {k: counts[k] / total for k in sorted(counts)}
@@ -116,13 +119,13 @@ def test_tokens_per_chunk_fractions_match_the_records(runs):
 
 
 def test_itl_positions_line_up_with_the_itl_metric(runs):
-    rs = [r for r in recs(runs["spec"]) if r["error"] is None]
+    rs = [r for r in recs(runs["spec"]) if r.error is None]
     pos, val = plots.itl_position_samples(rs)
-    assert val.tolist() == [s for r in rs for s in METRIC_BY_NAME["itl"].fn(r)]
-    assert pos.size == sum(sum(r["chunk_tokens"]) - r["chunk_tokens"][0] for r in rs)
+    assert val.tolist() == [s for r in rs for s in BY_NAME["itl"].samples(r)]
+    assert pos.size == sum(sum(r.chunk_tokens) - r.chunk_tokens[0] for r in rs)
     r = rs[0]
     p1, v1 = plots.itl_position_samples([r])
-    n, c = r["chunk_tokens"], r["chunk_ns"]
+    n, c = r.chunk_tokens, r.chunk_ns
     # the tokens of chunk 2 sit right after those of chunk 1, each with chunk 2's gap spread over them
     assert p1[: n[1]].tolist() == list(range(n[0] + 1, n[0] + n[1] + 1))
     assert v1[0] == pytest.approx((c[1] - c[0]) / 1e6 / n[1])

@@ -20,6 +20,7 @@ from loadgate.report.table import render_summary
 from loadgate.runner import run_profile
 from loadgate.sim.process import SimProcess
 from tests.profiles import LAX_HEALTH
+from tests.recs import make_record
 from tests.simtruth import profile_for, run
 
 FAST = SimConfig(seed=5, speculative=SpeculativeConfig(method="draft_model", k=3), decode_step_us=1500,
@@ -30,7 +31,7 @@ def test_warmup_requests_do_not_leak_into_counter_deltas(tmp_path):
     with SimProcess(FAST) as sim:
         run_dir, records, _ = run(profile_for(sim.url, tmp_path, requests=24, concurrency=4, warmup=12, osl=20))
     s = build_summary(run_dir)["levels"]["4"]
-    assert sum(r["warmup"] for r in records) == 12
+    assert sum(r.warmup for r in records) == 12
     c = s["contamination"]
     assert c["clean"], c["problems"]
     assert c["server_requests"] == 24 == c["client_requests"]  # the 12 warmup requests are not in the window
@@ -80,9 +81,9 @@ def test_concurrency_sweep_and_open_loop_run_end_to_end(tmp_path):
         summary = build_summary(run_dir)
         assert set(summary["levels"]) == {"1", "4"} and all(s["succeeded"] == 12 for s in summary["levels"].values())
         run_dir2, recs2, _ = run(profile_for(sim.url, tmp_path, requests=30, rate=40.0, osl=8))
-    assert all(r["intended_ns"] is not None for r in recs2)
+    assert all(r.intended_ns is not None for r in recs2)
     # latency counts from the intended start, so client queueing can never hide
-    assert all(r["start_ns"] >= r["intended_ns"] for r in recs2)
+    assert all(r.start_ns >= r.intended_ns for r in recs2)
 
 
 def test_cli_run_and_report_on_the_embedded_simulator(tmp_path, capsys):
@@ -113,10 +114,10 @@ def test_two_worker_processes_share_one_closed_loop_and_one_schedule(tmp_path):
                                               workers=2))
         s = build_summary(run_dir)["levels"]["6"]
         run_dir2, recs2, _ = run(profile_for(sim.url, tmp_path, requests=30, rate=50.0, osl=8, workers=2))
-    assert sorted(r["i"] for r in records) == list(range(44))  # every request once, warmup included
+    assert sorted(r.i for r in records) == list(range(44))  # every request once, warmup included
     assert s["contamination"]["clean"] and s["client_health"]["workers"] == 2
-    assert sorted(r["i"] for r in recs2) == list(range(30))
-    assert all(r["start_ns"] >= r["intended_ns"] for r in recs2)
+    assert sorted(r.i for r in recs2) == list(range(30))
+    assert all(r.start_ns >= r.intended_ns for r in recs2)
 
 
 def test_run_without_an_exactness_section_refuses_to_report_speed(tmp_path, capsys):
@@ -146,7 +147,8 @@ def test_a_damaged_run_folder_is_a_one_line_error_naming_the_file(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "meta.json").write_text('{"levels": [1], "t0')
-    (run / "records.jsonl").write_text('{"v": 1, "i": 0}\n{"v": 1, broken\n')
+    whole = make_record().to_json().decode()
+    (run / "records.jsonl").write_text(whole + '{"v": 1, broken\n')
     with pytest.raises(UsageError, match=r"meta\.json: not valid JSON"):
         render_run(run, "table")
     (run / "meta.json").write_text("{}")
@@ -156,8 +158,11 @@ def test_a_damaged_run_folder_is_a_one_line_error_naming_the_file(tmp_path):
         render_compare([run, run], "table")
     with pytest.raises(UsageError, match=r"records\.jsonl:2: not a JSON record"):
         list(read_records(run / "records.jsonl"))
+    (run / "records.jsonl").write_text('{"v": 3, "i": 0}\n')
+    with pytest.raises(UsageError, match=r"records\.jsonl:1: record schema v3 is not supported"):
+        list(read_records(run / "records.jsonl"))
     (run / "records.jsonl").write_text('{"v": 2, "i": 0}\n')
-    with pytest.raises(UsageError, match=r"records\.jsonl:1: record schema v2 is not supported"):
+    with pytest.raises(UsageError, match=r"records\.jsonl:1: not a complete v2 record"):
         list(read_records(run / "records.jsonl"))
 
 
@@ -199,11 +204,11 @@ def test_warmup_opens_the_connections_and_measured_requests_reuse_them(tmp_path,
     with SimProcess(FAST) as sim:
         run_dir, records, _ = run(profile_for(sim.url, tmp_path, requests=30, concurrency=6, warmup=12, osl=8,
                                               workers=workers))
-    warm = [r for r in records if r["warmup"]]
-    measured = [r for r in records if not r["warmup"]]
-    assert len(warm) == 12 and len(measured) == 30 and all(r["error"] is None for r in records)
-    assert sum(r["new_connection"] for r in warm) == 6
-    assert not any(r["new_connection"] for r in measured)
+    warm = [r for r in records if r.warmup]
+    measured = [r for r in records if not r.warmup]
+    assert len(warm) == 12 and len(measured) == 30 and all(r.error is None for r in records)
+    assert sum(r.new_connection for r in warm) == 6
+    assert not any(r.new_connection for r in measured)
     summary = build_summary(run_dir)
     s = summary["levels"]["6"]
     assert s["new_connections"] == 0 and s["client_health"]["workers"] == workers

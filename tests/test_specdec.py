@@ -7,6 +7,7 @@ import pytest
 from loadgate.analysis.specdec import contamination, from_counters, from_records, per_request_steps, reconcile
 from loadgate.engine.servermetrics import parse_metrics
 from tests.fixtures_path import fixture_file
+from tests.recs import make_record
 
 
 def snaps():
@@ -26,16 +27,16 @@ def test_counter_deltas_from_real_vllm_metrics():
 def test_contamination_check_compares_server_and_client_totals():
     before, after = snaps()
     # the real server finished 5 requests (finish reason length) generating 92 tokens
-    clean = contamination(before, after, [{"error": None, "completion_tokens": 92 - 4 * 17, "chunk_tokens": []}]
-                          + [{"error": None, "completion_tokens": 17, "chunk_tokens": []}] * 4)
+    clean = contamination(before, after, [make_record(completion_tokens=92 - 4 * 17)]
+                          + [make_record(completion_tokens=17)] * 4)
     assert clean["clean"] and clean["server_requests"] == 5
-    dirty = contamination(before, after, [{"error": None, "completion_tokens": 17, "chunk_tokens": []}] * 4)
+    dirty = contamination(before, after, [make_record(completion_tokens=17)] * 4)
     assert not dirty["clean"] and len(dirty["problems"]) == 2
 
 
 def test_vllm_per_request_metrics_use_spec_steps():
-    r = {"error": None, "completion_tokens": 24, "chunk_tokens": [24],
-         "spec": {"source": "vllm", "verify_steps": 11, "draft_tokens": 43, "accepted": 10}}
+    r = make_record(completion_tokens=24, chunk_tokens=[24],
+                    spec={"source": "vllm", "verify_steps": 11, "draft_tokens": 43, "accepted": 10})
     assert per_request_steps(r) == (11, 10)
     agg = from_records([r])
     assert agg["acceptance_length"] == pytest.approx(1 + 10 / 11)  # vLLM reported 1.909…
@@ -44,22 +45,22 @@ def test_vllm_per_request_metrics_use_spec_steps():
 
 def test_llama_cpp_steps_are_derived_from_predicted_minus_accepted():
     # real llama-server fixture: predicted_n 24, draft_n 35, draft_n_accepted 13
-    r = {"error": None, "completion_tokens": 24, "chunk_tokens": [1] * 24,
-         "spec": {"source": "llama.cpp timings", "verify_steps": None, "draft_tokens": 35, "accepted": 13}}
+    r = make_record(completion_tokens=24, chunk_tokens=[1] * 24,
+                    spec={"source": "llama.cpp timings", "verify_steps": None, "draft_tokens": 35, "accepted": 13})
     assert per_request_steps(r) == (10, 13)
     assert from_records([r])["acceptance_length"] == pytest.approx(2.3)
 
 
 def test_sglang_accepted_is_derived_from_completion_tokens_when_only_verify_count_is_given():
-    r = {"error": None, "completion_tokens": 21, "chunk_tokens": [21],
-         "spec": {"source": "sglang", "verify_steps": 5, "draft_tokens": None, "accepted": None}}
+    r = make_record(completion_tokens=21, chunk_tokens=[21],
+                    spec={"source": "sglang", "verify_steps": 5, "draft_tokens": None, "accepted": None})
     assert per_request_steps(r) == (5, 15)
 
 
 def test_failed_requests_are_not_pooled_and_reconcile_flags_disagreement():
-    good = {"error": None, "completion_tokens": 9, "chunk_tokens": [9],
-            "spec": {"source": "sim", "verify_steps": 4, "draft_tokens": 16, "accepted": 4}}
-    bad = dict(good, error={"kind": "disconnect", "detail": ""})
+    spec = {"source": "sim", "verify_steps": 4, "draft_tokens": 16, "accepted": 4}
+    good = make_record(completion_tokens=9, chunk_tokens=[9], spec=spec)
+    bad = make_record(completion_tokens=9, chunk_tokens=[9], spec=spec, error={"kind": "disconnect", "detail": ""})
     agg = from_records([good, bad])
     assert agg["requests"] == 1 and agg["acceptance_length"] == 2.0
     assert reconcile(agg, {"acceptance_length": 2.0})["agree"]

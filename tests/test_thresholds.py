@@ -24,21 +24,22 @@ from loadgate.analysis.thresholds import (
     to_json,
 )
 from loadgate.errors import UsageError
+from loadgate.records import Record
 
 MS = 1_000_000
 PROFILE: dict[str, Any] = {"workload": {"token_mismatch_limit": 1.0}, "slo": {"ttft_ms": 150}}
 
 
 def rec(i: int, ttft_ms: float, *, error: dict[str, str] | None = None, spec: dict[str, Any] | None = None
-        ) -> dict[str, Any]:
+        ) -> Record:
     """A closed-loop request started at 0: three one-token chunks 20 ms apart after its TTFT."""
     chunks = [] if error else [ttft_ms, ttft_ms + 20, ttft_ms + 40]
     end = chunks[-1] if chunks else 5
-    return {"v": 1, "i": i, "warmup": False, "level": 1, "intended_ns": None, "ready_ns": 0, "start_ns": 0,
+    return Record.from_json({"v": 2, "i": i, "warmup": False, "level": 1, "intended_ns": None, "ready_ns": 0, "start_ns": 0,
             "headers_ns": None, "end_ns": int(end * MS), "status": 503 if error else 200, "error": error,
             "prompt_tokens_planned": 10, "output_tokens_planned": len(chunks), "prompt_tokens": 10,
             "completion_tokens": len(chunks), "chunk_ns": [int(c * MS) for c in chunks],
-            "chunk_tokens": [1] * len(chunks), "token_source": "ids", "finish_reason": "length", "spec": spec}
+            "chunk_tokens": [1] * len(chunks), "token_source": "ids", "finish_reason": "length", "spec": spec})
 
 
 FAIL = {"kind": "http_status", "detail": "HTTP 503"}

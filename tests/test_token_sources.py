@@ -88,9 +88,9 @@ def test_a_local_hf_tokenizer_plans_prompt_lengths_equal_to_the_servers_usage_co
     p = write_profile(tmp_path, api=api, tokenizer=str(hf_folder))
     assert main(["run", "-q", str(p)]) == 0
     records = list(read_records(tmp_path / "out" / "r" / "records.jsonl"))
-    assert len(records) == 24 and all(r["error"] is None for r in records)
-    assert len({r["prompt_tokens"] for r in records}) > 5  # the lengths really vary
-    assert all(r["prompt_tokens_planned"] == r["prompt_tokens"] for r in records)  # exact, chat template included
+    assert len(records) == 24 and all(r.error is None for r in records)
+    assert len({r.prompt_tokens for r in records}) > 5  # the lengths really vary
+    assert all(r.prompt_tokens_planned == r.prompt_tokens for r in records)  # exact, chat template included
     tc = load_json(tmp_path / "out" / "r" / "summary.json")["levels"]["4"]["token_counts"]
     assert (tc["checked"], tc["prompt_mismatches"], tc["prompt_unverified"]) == (24, 0, 0)
     assert f"prompts planned with local tokenizer {hf_folder}" in capsys.readouterr().out
@@ -101,9 +101,9 @@ def test_without_any_tokenizer_prompts_are_text_and_counts_come_from_usage(tmp_p
     p = write_profile(tmp_path, api=api, tokenizer="none")
     assert main(["run", "-q", str(p)]) == 0
     records = list(read_records(tmp_path / "out" / "r" / "records.jsonl"))
-    assert len(records) == 24 and all(r["error"] is None for r in records)
-    assert all(r["prompt_tokens_planned"] is None and r["prompt_tokens"] > 0 for r in records)
-    assert all(r["completion_tokens"] == 6 for r in records)
+    assert len(records) == 24 and all(r.error is None for r in records)
+    assert all(r.prompt_tokens_planned is None and r.prompt_tokens > 0 for r in records)
+    assert all(r.completion_tokens == 6 for r in records)
     s = load_json(tmp_path / "out" / "r" / "summary.json")
     tc = s["levels"]["4"]["token_counts"]
     assert (tc["prompt_mismatches"], tc["completion_mismatches"], tc["prompt_not_planned"]) == (0, 0, 24)

@@ -11,7 +11,8 @@ import math
 
 import pytest
 
-from loadgate.analysis.metrics import METRIC_BY_NAME, stats
+from loadgate.analysis.figures import BY_NAME
+from loadgate.analysis.metrics import stats
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig
 from loadgate.sim.process import SimProcess
 from tests.simtruth import profile_for, run, truth_records_like_loadgate
@@ -31,15 +32,15 @@ def test_ttft_and_itl_percentiles_match_what_the_simulator_sent(tmp_path, concur
         run_dir, records, meta = run(profile_for(sim.url, tmp_path, requests=requests, concurrency=concurrency,
                                                  isl=64, osl=48))
         truth = sim.truth_records()
-    measured = [r for r in records if not r["warmup"]]
-    assert all(r["error"] is None for r in measured)
-    assert max(max(r["chunk_tokens"]) for r in measured) > 1, "speculation must bundle tokens into chunks"
+    measured = [r for r in records if not r.warmup]
+    assert all(r.error is None for r in measured)
+    assert max(max(r.chunk_tokens) for r in measured) > 1, "speculation must bundle tokens into chunks"
     sent = truth_records_like_loadgate(measured, truth, meta, f"{run_dir.name}-L{concurrency}")
     assert len(sent) == requests
     for r, t in zip(measured, sent, strict=True):
-        assert r["chunk_tokens"] == t["chunk_tokens"]  # every chunk seen, with its exact token count
+        assert r.chunk_tokens == t["chunk_tokens"]  # every chunk seen, with its exact token count
     for name in ("ttft", "itl"):
-        fn = METRIC_BY_NAME[name].fn
+        fn = BY_NAME[name].samples
         ms = stats([x for r in measured for x in fn(r)])
         ts = stats([x for r in sent for x in fn(r)])
         for q in ("p50", "p99"):
@@ -53,7 +54,7 @@ def test_acceptance_length_equals_the_simulators_exactly(tmp_path):
         run_dir, records, meta = run(profile_for(sim.url, tmp_path, requests=40, concurrency=8, osl=40, warmup=4))
         truth = sim.truth_records()
     s = build_summary(run_dir)["levels"]["8"]
-    measured = {f"{run_dir.name}-L8-{r['i']}" for r in records if not r["warmup"]}
+    measured = {f"{run_dir.name}-L8-{r.i}" for r in records if not r.warmup}
     # the simulator's own account: every token chunk after the first is one verify step
     steps = tokens = 0
     for t in truth:
@@ -81,18 +82,18 @@ def test_every_injected_fault_is_counted_once_in_the_right_kind(tmp_path):
                    "disconnect": "disconnect", "malformed": "malformed", "error_event": "error_event"}
     seen: dict[str, int] = {}
     for r in records:
-        t = truth[f"{run_dir.name}-L16-{r['i']}"]
+        t = truth[f"{run_dir.name}-L16-{r.i}"]
         kinds = [expect_kind[f] for f in t["faults"] if f in expect_kind]
-        got = None if r["error"] is None else r["error"]["kind"]
-        assert got == (kinds[0] if kinds else None), f"request {r['i']}: faults {t['faults']}, recorded {r['error']}"
+        got = None if r.error is None else r.error.kind
+        assert got == (kinds[0] if kinds else None), f"request {r.i}: faults {t['faults']}, recorded {r.error}"
         if got == "http_status":
-            assert r["status"] == int(t["faults"][0].split("_")[1])
+            assert r.status == int(t["faults"][0].split("_")[1])
         for f in t["faults"]:
             seen[f] = seen.get(f, 0) + 1
         if "stall" in t["faults"] and got is None:
-            assert max(b - a for a, b in zip(r["chunk_ns"], r["chunk_ns"][1:], strict=False)) >= 0.19e9
+            assert max(b - a for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)) >= 0.19e9
         if "slow_first_byte" in t["faults"] and got is None:
-            assert r["headers_ns"] - r["start_ns"] >= 0.09e9 or r["chunk_ns"][0] >= 0.09e9
+            assert r.headers_ns - r.start_ns >= 0.09e9 or r.chunk_ns[0] >= 0.09e9
     assert set(seen) >= set(expect_kind) | {"stall", "slow_first_byte"}, seen
     assert len(records) == 300  # the run completed: every request has its record
-    assert not math.isnan(sum(r["end_ns"] for r in records))
+    assert not math.isnan(sum(r.end_ns for r in records))

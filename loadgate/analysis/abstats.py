@@ -35,31 +35,24 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
+from loadgate.analysis.figures import AB_FIGURES, BY_NAME, Figure, ab_path, read_path
+from loadgate.records import Record
+
 Decision = Literal["improved", "regressed", "no change", "inconclusive", "single run", "n/a"]
 
-# figure name -> (how to read it from a level summary, True if higher is better)
-FIGURES: dict[str, tuple[tuple[str, ...], bool]] = {
-    "output_throughput": (("throughput", "output_token_throughput"), True),
-    "request_throughput": (("throughput", "request_throughput"), True),
-    "ttft.p50": (("metrics", "ttft", "p50"), False),
-    "ttft.p99": (("metrics", "ttft", "p99"), False),
-    "itl.p50": (("metrics", "itl", "p50"), False),
-    "itl.p99": (("metrics", "itl", "p99"), False),
-    "tpot.p50": (("metrics", "tpot", "p50"), False),
-    "e2e.p50": (("metrics", "e2e", "p50"), False),
-    "e2e.p99": (("metrics", "e2e", "p99"), False),
-    "acceptance_length": (("acceptance", "per_request", "acceptance_length"), True),
-}
-UNITS = {"output_throughput": "tok/s", "request_throughput": "req/s", "acceptance_length": "tokens"}
+# The A/B figures (`ttft.p50`, `output_throughput`, …), derived from the figure registry.
+FIGURES: dict[str, Figure] = AB_FIGURES
 
 
-def figure(level_summary: dict[str, Any], name: str) -> float | None:
-    path, _ = FIGURES[name]
-    x: Any = level_summary
-    for k in path:
-        if not isinstance(x, dict) or x.get(k) is None:
-            return None
-        x = x[k]
+def unit_of(name: str) -> str:
+    return AB_FIGURES[name].unit
+
+
+def figure(level_summary: Any, name: str) -> float | None:
+    """An A/B figure's value in one level summary; None where absent or not finite."""
+    x = read_path(level_summary, ab_path(name))
+    if x is None:
+        return None
     v = float(x)
     return v if math.isfinite(v) else None
 
@@ -97,7 +90,7 @@ def _bootstrap_ratio(a: np.ndarray, b: np.ndarray, n_boot: int, conf: float, rng
 def compare_figure(name: str, a: Sequence[float | None], b: Sequence[float | None], *, alpha: float = 0.05,
                    practical: float = 0.05, practical_ms: float = 0.0, confidence: float = 0.95,
                    n_boot: int = 4000, seed: int = 0) -> FigureComparison:
-    higher = FIGURES[name][1] if name in FIGURES else False
+    higher = FIGURES[name].better == "higher" if name in FIGURES else False
     av = np.array([x for x in a if x is not None], dtype=np.float64)
     bv = np.array([x for x in b if x is not None], dtype=np.float64)
     if av.size == 0 or bv.size == 0 or av.mean() <= 0:  # e.g. acceptance length without speculation
@@ -114,7 +107,7 @@ def compare_figure(name: str, a: Sequence[float | None], b: Sequence[float | Non
     significant = p_mw < alpha and (ci[0] > 1 or ci[1] < 1)
     worse = ratio < 1 if higher else ratio > 1
     band = practical
-    if UNITS.get(name, "ms") == "ms" and practical_ms > 0:  # a latency change below practical_ms never matters
+    if (unit_of(name) if name in FIGURES else "ms") == "ms" and practical_ms > 0:  # a latency change below practical_ms never matters
         band = max(practical, practical_ms / float(av.mean()))
     decision: Decision
     if significant and abs(ratio - 1) >= band:
@@ -126,19 +119,18 @@ def compare_figure(name: str, a: Sequence[float | None], b: Sequence[float | Non
     return FigureComparison(name, av.tolist(), bv.tolist(), ratio, ci, p_mw, p_t, decision, higher)
 
 
-def request_level(name: str, a_records: list[dict[str, Any]], b_records: list[dict[str, Any]], *,
+def request_level(name: str, a_records: list[Record], b_records: list[Record], *,
                   n_boot: int = 2000, confidence: float = 0.95, seed: int = 0) -> tuple[float, float] | None:
     """Single runs: a bootstrap interval of the figure's ratio from resampling requests (indicative
     only: it ignores run-to-run drift)."""
-    from loadgate.analysis.metrics import METRIC_BY_NAME
-
     if "." not in name:
         return None
     metric, stat = name.split(".")
     q = float(stat[1:])
-    fn = METRIC_BY_NAME[metric].fn
-    sa = [np.array(fn(r)) for r in a_records if r.get("error") is None]
-    sb = [np.array(fn(r)) for r in b_records if r.get("error") is None]
+    fn = BY_NAME[metric].samples
+    assert fn is not None
+    sa = [np.array(fn(r)) for r in a_records if r.succeeded]
+    sb = [np.array(fn(r)) for r in b_records if r.succeeded]
     if not sa or not sb:
         return None
     rng = np.random.default_rng(seed)

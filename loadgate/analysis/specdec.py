@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadgate.engine.servermetrics import Snapshot, delta, first_name
+from loadgate.records import Record
 
 P = "vllm:"
 LLAMA = "llamacpp:"
@@ -45,15 +46,13 @@ DRAFTS = (P + "spec_decode_num_drafts_total", LLAMA + "spec_decode_num_drafts_to
 GENERATED = (P + "generation_tokens_total", LLAMA + "tokens_predicted_total")
 
 
-def per_request_steps(r: dict[str, Any]) -> tuple[int, int] | None:
+def per_request_steps(r: Record) -> tuple[int, int] | None:
     """(verify_steps, accepted) for one record under the single definition, or None."""
-    s = r.get("spec")
+    s = r.spec
     if not s:
         return None
-    steps, acc = s.get("verify_steps"), s.get("accepted")
-    ct = r.get("completion_tokens")
-    if ct is None:
-        ct = sum(r.get("chunk_tokens") or [])
+    steps, acc = s.verify_steps, s.accepted
+    ct = r.output_tokens
     if steps is not None and acc is None and ct:
         acc = max(ct - 1 - steps, 0)
     if steps is None and acc is not None and ct:
@@ -63,15 +62,14 @@ def per_request_steps(r: dict[str, Any]) -> tuple[int, int] | None:
     return int(steps), int(acc)
 
 
-def from_records(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    pairs = [p for r in records if r.get("error") is None and (p := per_request_steps(r)) is not None]
+def from_records(records: list[Record]) -> dict[str, Any] | None:
+    pairs = [p for r in records if r.succeeded and (p := per_request_steps(r)) is not None]
     if not pairs:
         return None
     steps = sum(p[0] for p in pairs)
     acc = sum(p[1] for p in pairs)
-    sources = sorted({r["spec"]["source"] for r in records if r.get("spec")})
-    drafted = [r["spec"]["draft_tokens"] for r in records
-               if r.get("error") is None and r.get("spec") and r["spec"].get("draft_tokens") is not None]
+    sources = sorted({r.spec.source for r in records if r.spec})
+    drafted = [r.spec.draft_tokens for r in records if r.succeeded and r.spec and r.spec.draft_tokens is not None]
     return {
         "source": ", ".join(sources), "requests": len(pairs), "verify_steps": steps, "accepted": acc,
         "draft_tokens": sum(drafted) if len(drafted) == len(pairs) else None,
@@ -104,7 +102,7 @@ def from_counters(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
     }
 
 
-def contamination(before: Snapshot, after: Snapshot, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def contamination(before: Snapshot, after: Snapshot, records: list[Record]) -> dict[str, Any] | None:
     """Compare the server's view of the window with the client's; `clean` False flags the run."""
     d_req = delta(before, after, P + "request_success_total")
     if d_req is not None:  # aborted and failed requests are not successes on either side
@@ -114,10 +112,9 @@ def contamination(before: Snapshot, after: Snapshot, records: list[dict[str, Any
     d_gen = None if gen is None else delta(before, after, gen)
     if d_req is None and d_gen is None:
         return None
-    ok = [r for r in records if r.get("error") is None]
+    ok = [r for r in records if r.succeeded]
     client_req = len(ok)
-    client_gen = sum(r["completion_tokens"] if r.get("completion_tokens") is not None else sum(r["chunk_tokens"])
-                     for r in ok)
+    client_gen = sum(r.output_tokens for r in ok)
     problems = []
     if d_req is not None and int(d_req) != client_req:
         problems.append(f"server finished {int(d_req)} requests in the window, the client {client_req}")

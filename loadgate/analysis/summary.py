@@ -9,13 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from loadgate.analysis.metrics import METRIC_BY_NAME, summarize
+from loadgate.analysis.figures import BY_NAME
+from loadgate.analysis.metrics import summarize
 from loadgate.analysis.specdec import contamination, from_counters, from_records, reconcile
 from loadgate.config.profile import HealthBudgets
 from loadgate.engine.servermetrics import Snapshot
 from loadgate.jsonutil import load_json
 from loadgate.load.health import schedule_lag, verdict
-from loadgate.records import read_records
+from loadgate.records import Record, read_records
 
 
 def snapshot_from_json(values: list[list[Any]]) -> Snapshot:
@@ -26,20 +27,19 @@ def snapshot_to_json(s: Snapshot, prefixes: tuple[str, ...] = ("vllm:", "sglang:
     return [[n, [list(kv) for kv in labels], v] for (n, labels), v in s.values.items() if n.startswith(prefixes)]
 
 
-def token_check(records: list[dict[str, Any]], limit: float) -> dict[str, Any]:
+def token_check(records: list[Record], limit: float) -> dict[str, Any]:
     """Per request, the server's prompt and completion counts against the plan."""
-    checked = [r for r in records if r.get("error") is None]
-    prompt_bad = [r["i"] for r in checked if r.get("prompt_tokens") is not None
-                  and r["prompt_tokens_planned"] is not None and r["prompt_tokens"] != r["prompt_tokens_planned"]]
-    out_bad = [r["i"] for r in checked if (r.get("completion_tokens") if r.get("completion_tokens") is not None
-                                           else sum(r["chunk_tokens"])) != r["output_tokens_planned"]]
-    no_count = sum(1 for r in checked if r.get("prompt_tokens") is None)
-    unplanned = sum(1 for r in checked if r.get("prompt_tokens") is not None and r["prompt_tokens_planned"] is None)
+    checked = [r for r in records if r.succeeded]
+    prompt_bad = [r.i for r in checked if r.prompt_tokens is not None
+                  and r.prompt_tokens_planned is not None and r.prompt_tokens != r.prompt_tokens_planned]
+    out_bad = [r.i for r in checked if r.output_tokens != r.output_tokens_planned]
+    no_count = sum(1 for r in checked if r.prompt_tokens is None)
+    unplanned = sum(1 for r in checked if r.prompt_tokens is not None and r.prompt_tokens_planned is None)
     bad = set(prompt_bad) | set(out_bad)
     frac = len(bad) / len(checked) if checked else 0.0
     completion_from: dict[str, int] = {}
     for r in checked:
-        k = "server usage" if r.get("completion_tokens") is not None else f"chunks ({r.get('token_source')})"
+        k = "server usage" if r.completion_tokens is not None else f"chunks ({r.token_source})"
         completion_from[k] = completion_from.get(k, 0) + 1
     return {"checked": len(checked), "prompt_mismatches": len(prompt_bad), "completion_mismatches": len(out_bad),
             "prompt_unverified": no_count + unplanned, "prompt_no_server_count": no_count,
@@ -47,18 +47,20 @@ def token_check(records: list[dict[str, Any]], limit: float) -> dict[str, Any]:
             "mismatch_fraction": frac, "limit": limit, "examples": sorted(bad)[:10], "ok": frac <= limit}
 
 
-def goodput(records: list[dict[str, Any]], slo: dict[str, float | None], window_s: float | None) -> dict[str, Any] | None:
+def goodput(records: list[Record], slo: dict[str, float | None], window_s: float | None) -> dict[str, Any] | None:
     """Requests that succeeded and met every SLO given (a request's own TTFT, TPOT and E2E)."""
     active = {k: v for k, v in slo.items() if v is not None}
     if not active or not records:
         return None
     good = 0
     for r in records:
-        if r.get("error") is not None:
+        if not r.succeeded:
             continue
         okay = True
         for name, limit in active.items():
-            vals = METRIC_BY_NAME[name.removesuffix("_ms")].fn(r)
+            fn = BY_NAME[name.removesuffix("_ms")].samples
+            assert fn is not None
+            vals = fn(r)
             if vals and vals[0] > limit:
                 okay = False
         good += okay
@@ -66,13 +68,13 @@ def goodput(records: list[dict[str, Any]], slo: dict[str, float | None], window_
             "goodput_rps": good / window_s if window_s else None}
 
 
-def level_summary(records: list[dict[str, Any]], server: dict[str, Any] | None, health: list[dict[str, Any]],
+def level_summary(records: list[Record], server: dict[str, Any] | None, health: list[dict[str, Any]],
                   profile: dict[str, Any]) -> dict[str, Any]:
     s = summarize(records)
     s["token_counts"] = token_check(records, profile["workload"]["token_mismatch_limit"])
     s["goodput"] = goodput(records, profile.get("slo") or {}, s["throughput"]["window_s"])
     s["acceptance"] = {"per_request": from_records(records)}
-    s["new_connections"] = sum(1 for r in records if r.get("new_connection"))  # requests that paid a connect
+    s["new_connections"] = sum(1 for r in records if r.new_connection)  # requests that paid a connect
     invalid: list[str] = []
     if server and server.get("before") is not None and server.get("after") is not None:
         before, after = snapshot_from_json(server["before"]), snapshot_from_json(server["after"])
@@ -119,9 +121,9 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
     meta = load_json(run_dir / "meta.json")
     server = load_json(run_dir / "server.json") if (run_dir / "server.json").exists() else {}
     health = load_json(run_dir / "health.json") if (run_dir / "health.json").exists() else {}
-    by_level: dict[str, list[dict[str, Any]]] = {str(lv): [] for lv in meta["levels"]}
+    by_level: dict[str, list[Record]] = {str(lv): [] for lv in meta["levels"]}
     for r in read_records(run_dir / "records.jsonl"):
-        by_level.setdefault(str(r["level"]), []).append(r)
+        by_level.setdefault(str(r.level), []).append(r)
     levels = {lv: level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"])
               for lv, recs in by_level.items()}
     return {"run_id": meta["run_id"], "loadgate": meta["loadgate"], "model": meta["model"],

@@ -48,7 +48,8 @@ from typing import Any, NoReturn
 
 from tabulate import tabulate
 
-from loadgate.analysis.metrics import LATENCY_METRICS, PERCENTILES
+from loadgate.analysis.figures import ADJUSTED, FIGURES
+from loadgate.analysis.metrics import PERCENTILES
 from loadgate.errors import UsageError
 
 
@@ -77,18 +78,24 @@ class _MetricSpec:
     path: tuple[str, ...] = ()  # where a scalar lives in the summary
 
 
-_SPECS: dict[str, _MetricSpec] = {
-    **{m: _MetricSpec(True, "time") for m in ("ttft", "itl", "inter_chunk", "tpot", "e2e", "client_queue")},
-    "tokens_per_chunk": _MetricSpec(True, "tokens"),
-    "request_output_rate": _MetricSpec(True, "tok/s"),
-    **{f"{m}_error_adjusted": _MetricSpec(True, "time") for m in LATENCY_METRICS},
-    "output_throughput": _MetricSpec(False, "tok/s", ("throughput", "output_token_throughput")),
-    "input_throughput": _MetricSpec(False, "tok/s", ("throughput", "input_token_throughput")),
-    "request_throughput": _MetricSpec(False, "req/s", ("throughput", "request_throughput")),
-    "acceptance_length": _MetricSpec(False, "count", ("acceptance", "per_request", "acceptance_length")),
-    "goodput": _MetricSpec(False, "ratio", ("goodput", "fraction")),
-    "errors": _MetricSpec(False, "ratio"),
-}
+_DIMENSION = {"ms": "time", "tokens": "tokens", "tok/s": "tok/s", "req/s": "req/s", "ratio": "ratio"}
+
+
+def _specs() -> dict[str, _MetricSpec]:
+    """Every threshold metric, from the figure registry: each distribution (and its error-adjusted
+    variant), then each scalar at its summary path."""
+    out: dict[str, _MetricSpec] = {}
+    for f in FIGURES:
+        if f.kind == "distribution":
+            out[f.name] = _MetricSpec(True, _DIMENSION[f.unit])
+            if f.error_adjusted:
+                out[f.name + ADJUSTED] = _MetricSpec(True, _DIMENSION[f.unit])
+        else:
+            out[f.name] = _MetricSpec(False, _DIMENSION[f.unit], () if f.name == "errors" else f.path)
+    return out
+
+
+_SPECS: dict[str, _MetricSpec] = _specs()
 METRICS: tuple[str, ...] = tuple(_SPECS)
 
 _STAT_KEYS = {"avg": "mean", "mean": "mean", "med": "p50", "min": "min", "max": "max"}

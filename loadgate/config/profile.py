@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from loadgate.analysis.figures import AB_FIGURES
 from loadgate.config.knob import knob
 from loadgate.config.simconfig import SimConfig
 from loadgate.errors import ProfileError
@@ -246,15 +247,12 @@ class AB:
     confidence: float = knob(0.95, "confidence of the bootstrap interval", exclusive_min=0.5, max=0.999)
     decide_on: tuple[str, ...] = knob(
         ("output_throughput", "ttft.p50", "itl.p50", "e2e.p50", "e2e.p99"),
-        "figures whose decisions make the verdict (output_throughput, request_throughput, ttft.p50, "
-        "ttft.p99, itl.p50, itl.p99, tpot.p50, e2e.p50, e2e.p99, acceptance_length)")
+        "figures whose decisions make the verdict (" + ", ".join(AB_FIGURES) + ")")
 
     def check(self) -> list[tuple[str, str]]:
-        from loadgate.analysis.abstats import FIGURES
-
-        bad = [f for f in self.decide_on if f not in FIGURES]
+        bad = [f for f in self.decide_on if f not in AB_FIGURES]
         if bad:
-            return [("decide_on", f"unknown figure {bad[0]!r}; known: {', '.join(FIGURES)}")]
+            return [("decide_on", f"unknown figure {bad[0]!r}; known: {', '.join(AB_FIGURES)}")]
         return self.baseline.check()
 
 

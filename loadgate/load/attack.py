@@ -11,7 +11,6 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from time import perf_counter_ns
-from typing import Any
 
 import aiohttp
 import orjson
@@ -20,7 +19,7 @@ from loadgate.engine.adapters.base import Decoded, EngineAdapter, ErrorInfo, Gen
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.sse import frame_sse
 from loadgate.load.transport import Pool, parse_response
-from loadgate.records import SCHEMA_VERSION, RecordWriter
+from loadgate.records import Record, RecordError, RecordWriter, SpecStats
 
 READ_BUFSIZE = 1 << 18
 
@@ -196,27 +195,23 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw) -> Decoded:
 
 
 def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: float | int,
-              ready_ns: int, intended_ns: int | None, prompt_overhead: int | None = 0) -> dict[str, Any]:
+              ready_ns: int, intended_ns: int | None, prompt_overhead: int | None = 0) -> Record:
     planned_prompt = None if req.prompt_len is None or prompt_overhead is None else req.prompt_len + prompt_overhead
-    rec: dict[str, Any] = {
-        "v": SCHEMA_VERSION, "i": req.i, "warmup": req.warmup, "level": level,
-        "intended_ns": None if intended_ns is None else intended_ns - t0_ns,
-        "ready_ns": ready_ns - t0_ns, "start_ns": raw.start_ns - t0_ns,
-        "headers_ns": None if raw.headers_ns is None else raw.headers_ns - t0_ns,
-        "end_ns": raw.end_ns - t0_ns, "status": raw.status,
-        "error": None if d.error is None else {"kind": d.error.kind, "detail": d.error.detail[:300]},
-        "prompt_tokens_planned": planned_prompt, "output_tokens_planned": req.output_len,
-        "prompt_tokens": d.prompt_tokens, "completion_tokens": d.completion_tokens,
-        "chunk_ns": [c.t_ns - raw.start_ns for c in d.chunks],
-        "chunk_tokens": [c.n_tokens for c in d.chunks],
-        "token_source": d.token_source, "finish_reason": d.finish_reason,
-        "stamp": raw.stamp_source, "read_lag_max_ns": raw.read_lag_max_ns, "new_connection": raw.new_connection,
-        "spec": None if d.spec is None else {
-            "source": d.spec.source, "verify_steps": d.spec.verify_steps,
-            "draft_tokens": d.spec.draft_tokens, "accepted": d.spec.accepted,
-            "reported_acceptance_length": d.spec.reported_acceptance_length},
-    }
-    return rec
+    return Record(
+        i=req.i, warmup=req.warmup, level=level,
+        intended_ns=None if intended_ns is None else intended_ns - t0_ns,
+        ready_ns=ready_ns - t0_ns, start_ns=raw.start_ns - t0_ns,
+        headers_ns=None if raw.headers_ns is None else raw.headers_ns - t0_ns,
+        end_ns=raw.end_ns - t0_ns, status=raw.status,
+        error=None if d.error is None else RecordError(d.error.kind, d.error.detail[:300]),
+        prompt_tokens_planned=planned_prompt, output_tokens_planned=req.output_len,
+        prompt_tokens=d.prompt_tokens, completion_tokens=d.completion_tokens,
+        chunk_ns=[c.t_ns - raw.start_ns for c in d.chunks], chunk_tokens=[c.n_tokens for c in d.chunks],
+        token_source=d.token_source, finish_reason=d.finish_reason,
+        stamp=raw.stamp_source, read_lag_max_ns=raw.read_lag_max_ns, new_connection=raw.new_connection,
+        spec=None if d.spec is None else SpecStats(
+            d.spec.source, d.spec.verify_steps, d.spec.draft_tokens, d.spec.accepted,
+            d.spec.reported_acceptance_length))
 
 
 def body_for(t: Target, req: PlannedRequest) -> bytes:

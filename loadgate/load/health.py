@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from loadgate.records import Record
+
 
 @dataclass
 class HealthMonitor:
@@ -88,9 +90,9 @@ def _pcts(x: np.ndarray) -> dict[str, float | None]:
     return {"p50": float(p50), "p99": float(p99), "max": float(x.max()), "samples": int(x.size)}
 
 
-def schedule_lag(records: list[dict[str, Any]]) -> dict[str, float | None] | None:
+def schedule_lag(records: list[Record]) -> dict[str, float | None] | None:
     """Open loop only: ready - intended (how late the client noticed a request was due)."""
-    lags = [(r["ready_ns"] - r["intended_ns"]) / 1e6 for r in records if r.get("intended_ns") is not None]
+    lags = [(r.ready_ns - r.intended_ns) / 1e6 for r in records if r.intended_ns is not None]
     return _pcts(np.asarray(lags)) if lags else None
 
 

@@ -8,14 +8,14 @@ from typing import Any
 
 from tabulate import tabulate
 
-from loadgate.analysis.abstats import UNITS, FigureComparison
+from loadgate.analysis.abstats import FigureComparison, unit_of
 from loadgate.jsonutil import clean
 
 COLUMNS = ["figure", "unit", "baseline", "candidate", "ratio", "interval", "p (Mann–Whitney)", "decision"]
 
 
 def _unit(name: str) -> str:
-    return UNITS.get(name, "ms")
+    return unit_of(name)
 
 
 def _mean(xs: list[float]) -> float | None:

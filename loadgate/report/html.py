@@ -14,12 +14,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from loadgate.analysis.metrics import METRIC_BY_NAME
+from loadgate.analysis.figures import ADJUSTED, BY_NAME, table_rows
 from loadgate.analysis.summary import build_summary
 from loadgate.jsonutil import load_json
-from loadgate.records import read_records
+from loadgate.records import Record, read_records
 from loadgate.report import plots
-from loadgate.report.table import TABLE_METRICS, fmt
+from loadgate.report.table import fmt
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 1.5em auto;
@@ -50,14 +50,14 @@ _CAPTIONS = {
 def level_table_html(s: Mapping[str, Any]) -> str:
     """One level's metrics as an HTML table: metric, unit, n, p50, p90, p99, mean."""
     rows = []
-    for name in TABLE_METRICS:
+    for name in table_rows():
         m = (s.get("metrics") or {}).get(name)
         if m is None:
             continue
-        base = name.removesuffix("_error_adjusted")
-        label = base + (" (errors as +inf)" if name.endswith("_error_adjusted") else "")
+        base = name.removesuffix(ADJUSTED)
+        label = base + (" (errors as +inf)" if name.endswith(ADJUSTED) else "")
         cells = [m.get("count"), *(m.get(c) for c in ("p50", "p90", "p99", "mean"))]
-        rows.append(f"<tr><td>{escape(label)}</td><td>{escape(METRIC_BY_NAME[base].unit)}</td>"
+        rows.append(f"<tr><td>{escape(label)}</td><td>{escape(BY_NAME[base].unit)}</td>"
                     + "".join(f'<td class="num">{fmt(v)}</td>' for v in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("metric", "unit", "n", "p50", "p90", "p99", "mean"))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -123,14 +123,14 @@ def _level_label(load: str, level: str) -> str:
     return f"rate {level}/s" if load == "rate" else f"concurrency {level}"
 
 
-def _by_level(run_dir: Path, summary: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = {lv: [] for lv in summary["levels"]}
+def _by_level(run_dir: Path, summary: Mapping[str, Any]) -> dict[str, list[Record]]:
+    groups: dict[str, list[Record]] = {lv: [] for lv in summary["levels"]}
     for r in read_records(run_dir / "records.jsonl"):
-        groups.setdefault(str(r["level"]), []).append(r)
+        groups.setdefault(str(r.level), []).append(r)
     return groups
 
 
-def _make_plots(series: Mapping[str, Sequence[dict[str, Any]]],
+def _make_plots(series: Mapping[str, Sequence[Record]],
                 sweeps: Mapping[str, list[tuple[float, dict[str, Any]]]], slo: Mapping[str, Any] | None,
                 x_label: str, plot_dir: Path) -> list[tuple[str, Path]]:
     """Write every applicable plot into `plot_dir`; (name, path) in display order."""
@@ -198,7 +198,7 @@ def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
     same plots with one series per run (per run and level when a run has several levels), PNGs in
     `<out stem>-plots/` beside `out`, and the runs' level tables side by side. Returns `out`."""
     out = Path(out)
-    series: dict[str, list[dict[str, Any]]] = {}
+    series: dict[str, list[Record]] = {}
     sweeps: dict[str, list[tuple[float, dict[str, Any]]]] = {}
     columns, loads, slo = [], set(), None
     for label, run_dir in labelled.items():

@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from loadgate.analysis.metrics import METRIC_BY_NAME, is_success, stats
+from loadgate.analysis.figures import BY_NAME
+from loadgate.analysis.metrics import stats
 from loadgate.errors import UsageError
+from loadgate.records import Record
 
 DPI = 110
 CDF_PANEL_SIZE = (5.0, 4.6)  # inches per metric panel of `latency_cdfs`, plus CDF_LEGEND_ROW per run
@@ -45,25 +47,32 @@ def cdf_size(n_metrics: int, n_runs: int) -> tuple[float, float]:
 # Data behind the plots (pure numpy; testable without matplotlib)
 
 
-def metric_samples(records: Sequence[dict[str, Any]], name: str) -> np.ndarray:
+def _samples_fn(name: str) -> Any:
+    fn = BY_NAME[name].samples
+    if fn is None:
+        raise ValueError(f"{name} is not a distribution")
+    return fn
+
+
+def metric_samples(records: Sequence[Record], name: str) -> np.ndarray:
     """All samples of metric `name` over the successful records, as float64."""
-    fn = METRIC_BY_NAME[name].fn
-    return np.asarray([s for r in records if is_success(r) for s in fn(r)], dtype=np.float64)
+    fn = _samples_fn(name)
+    return np.asarray([s for r in records if r.succeeded for s in fn(r)], dtype=np.float64)
 
 
-def itl_position_samples(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+def itl_position_samples(records: Sequence[Record]) -> tuple[np.ndarray, np.ndarray]:
     """(positions, ITL ms) of every inter-token latency sample over successful records.
 
     Values come from the `itl` metric itself; positions are the 1-based output positions of the
     tokens they belong to: chunk j >= 2 carrying n_j tokens gives n_j samples at positions
     n_1 + ... + n_{j-1} + 1 .. n_1 + ... + n_j (the first chunk's tokens have no sample)."""
-    fn = METRIC_BY_NAME["itl"].fn
+    fn = _samples_fn("itl")
     pos: list[int] = []
     val: list[float] = []
     for r in records:
-        if not is_success(r):
+        if not r.succeeded:
             continue
-        n = r["chunk_tokens"]
+        n = r.chunk_tokens
         done = n[0] if n else 0
         here: list[int] = []
         for k in n[1:]:
@@ -72,7 +81,7 @@ def itl_position_samples(records: Sequence[dict[str, Any]]) -> tuple[np.ndarray,
             done += max(k, 0)
         vals = fn(r)
         if len(vals) != len(here):  # the metric changed its definition: refuse to mislabel it
-            raise ValueError(f"record {r.get('i')}: {len(vals)} ITL samples but {len(here)} token positions")
+            raise ValueError(f"record {r.i}: {len(vals)} ITL samples but {len(here)} token positions")
         pos += here
         val += vals
     return np.asarray(pos, dtype=np.int64), np.asarray(val, dtype=np.float64)
@@ -108,7 +117,7 @@ def bucket_stats(pos: np.ndarray, val: np.ndarray, width: int | None = None, *,
             "p90": np.asarray(p90, dtype=np.float64), "count": np.asarray(count, dtype=np.int64)}
 
 
-def chunk_token_fractions(records: Sequence[dict[str, Any]]) -> dict[int, float]:
+def chunk_token_fractions(records: Sequence[Record]) -> dict[int, float]:
     """Fraction of content chunks carrying each token count, over successful records (sums to 1;
     empty when there are no chunks)."""
     counts = Counter(int(x) for x in metric_samples(records, "tokens_per_chunk"))
@@ -173,14 +182,14 @@ def _plain_log_ticks(axis: Any) -> None:
 
 
 def _unit(name: str) -> str:
-    return METRIC_BY_NAME[name].unit
+    return BY_NAME[name].unit
 
 
 # ---------------------------------------------------------------------------------------------
 # Plots
 
 
-def latency_cdfs(runs: Mapping[str, Sequence[dict[str, Any]]], out: Path,
+def latency_cdfs(runs: Mapping[str, Sequence[Record]], out: Path,
                  metrics: Sequence[str] = ("ttft", "e2e", "itl")) -> Path:
     """One panel per metric: the empirical CDF of each labelled run's samples over its successful
     records, p50 (circle) and p99 (triangle) marked with thin vertical lines; x in the metric's
@@ -226,7 +235,7 @@ def latency_cdfs(runs: Mapping[str, Sequence[dict[str, Any]]], out: Path,
     return out
 
 
-def itl_by_position(runs: Mapping[str, Sequence[dict[str, Any]]], out: Path) -> Path:
+def itl_by_position(runs: Mapping[str, Sequence[Record]], out: Path) -> Path:
     """Inter-token latency against output token position: median (solid) and p90 (dashed) per
     bucket of positions (one bucket width for all runs), one line pair per labelled run."""
     from matplotlib.lines import Line2D
@@ -264,7 +273,7 @@ def itl_by_position(runs: Mapping[str, Sequence[dict[str, Any]]], out: Path) -> 
     return out
 
 
-def tokens_per_chunk(runs: Mapping[str, Sequence[dict[str, Any]]], out: Path) -> Path:
+def tokens_per_chunk(runs: Mapping[str, Sequence[Record]], out: Path) -> Path:
     """Histogram of tokens per content chunk, as fractions of each run's chunks, bars of the runs
     side by side at each integer count."""
     colors = _colors(len(runs))

@@ -7,10 +7,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from loadgate.analysis.metrics import METRIC_BY_NAME
+from loadgate.analysis.figures import ADJUSTED, BY_NAME, table_rows
 
-TABLE_METRICS = ("ttft", "ttft_error_adjusted", "itl", "inter_chunk", "tpot", "e2e", "e2e_error_adjusted",
-                 "tokens_per_chunk", "client_queue", "request_output_rate")
 COLUMNS = ("p50", "p90", "p99")
 
 
@@ -29,13 +27,13 @@ def fmt(v: Any, digits: int = 2) -> str:
 
 def level_table(s: dict[str, Any]) -> str:
     rows = []
-    for name in TABLE_METRICS:
+    for name in table_rows():
         m = s["metrics"].get(name)
         if m is None:
             continue
-        base = name.removesuffix("_error_adjusted")
-        label = base + (" (errors as +inf)" if name.endswith("_error_adjusted") else "")
-        rows.append([label, METRIC_BY_NAME[base].unit, m["count"], *(fmt(m[c]) for c in COLUMNS), fmt(m["mean"])])
+        base = name.removesuffix(ADJUSTED)
+        label = base + (" (errors as +inf)" if name.endswith(ADJUSTED) else "")
+        rows.append([label, BY_NAME[base].unit, m["count"], *(fmt(m[c]) for c in COLUMNS), fmt(m["mean"])])
     return tabulate(rows, headers=["metric", "unit", "n", *COLUMNS, "mean"], tablefmt="simple",
                     disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right", "right"))
 

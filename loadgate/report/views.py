@@ -127,8 +127,8 @@ def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureCompariso
     for lv in sa["levels"]:
         if lv not in sb["levels"]:
             continue
-        la = [r for r in ra if str(r["level"]) == lv]
-        lb = [r for r in rb if str(r["level"]) == lv]
+        la = [r for r in ra if str(r.level) == lv]
+        lb = [r for r in rb if str(r.level) == lv]
         comps = {}
         for name in FIGURES:
             c = compare_figure(name, [figure(sa["levels"][lv], name)], [figure(sb["levels"][lv], name)])

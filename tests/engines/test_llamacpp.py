@@ -215,8 +215,8 @@ def test_acceptance_from_timings_matches_the_servers_counters(draft_run):
     the plain decode steps where the draft proposed nothing. At 1 slot and 1 in flight those are
     exactly the target's decode calls after each prompt's, which `n_decode_total` counts."""
     recs, d, per_req = draft_run["records"], draft_run["deltas"], draft_run["level"]["acceptance"]["per_request"]
-    assert len(recs) == MEASURED and all(r["spec"]["source"] == "llama.cpp timings" for r in recs)
-    drafted, accepted = sum(r["spec"]["draft_tokens"] for r in recs), sum(r["spec"]["accepted"] for r in recs)
+    assert len(recs) == MEASURED and all(r.spec.source == "llama.cpp timings" for r in recs)
+    drafted, accepted = sum(r.spec.draft_tokens for r in recs), sum(r.spec.accepted for r in recs)
     assert (d["spec_decode_num_draft_tokens"], d["spec_decode_num_accepted_tokens"]) == (drafted, accepted) != (0, 0)
     assert (per_req["draft_tokens"], per_req["accepted"]) == (drafted, accepted)
     assert per_req["acceptance_rate"] == accepted / d["spec_decode_num_draft_tokens"]

@@ -1,0 +1,179 @@
+"""The figure registry: every figure loadgate reports, declared once with its formula.
+
+Metrics (`loadgate.analysis.metrics`), thresholds (`loadgate.analysis.thresholds`), A/B statistics
+(`loadgate.analysis.abstats`), the console, markdown, CSV and HTML tables and the profile's
+`ab.decide_on` all derive their lists from `FIGURES`. Adding a figure is one entry here.
+
+A figure is a *distribution* (samples per request, chunk or token of successful requests; the
+summary keeps count, percentiles, mean, min, max under `metrics.<name>`) or a *scalar* (one value
+per load level, found in the level summary at `path`).
+
+Notation for one request r: `origin(r)` is its intended start in an open loop (so a slow server
+cannot hide queueing) and its actual start (`start_ns`) in a closed loop; `t_j` is the arrival
+time of its j-th content-bearing chunk (j = 1..m) and `n_j` the tokens that chunk carried;
+`end(r)` is when its last byte arrived. A request *succeeded* when it has no error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from loadgate.records import Record
+
+Unit = Literal["ms", "tokens", "tok/s", "req/s", "ratio"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure. Distributions have `samples`; scalars a `path` into the level summary.
+
+    error_adjusted        the distribution also has `<name>_error_adjusted`: failed requests kept
+                          in the population as +inf (a latency of a request that never finished)
+    table                 a row in the per-level tables; `table_error_adjusted` the variant's row too
+    ab                    what A/B compares, run against run: a distribution's statistics (figure
+                          `<name>.<stat>`), or ("value",) for a scalar; () for nothing
+    """
+
+    name: str
+    unit: Unit
+    kind: Literal["distribution", "scalar"]
+    better: Literal["lower", "higher"]
+    doc: str
+    per: Literal["request", "chunk", "token", "level"] = "request"
+    samples: Callable[[Record], list[float]] | None = None
+    path: tuple[str, ...] = ()
+    error_adjusted: bool = False
+    table: bool = False
+    table_error_adjusted: bool = False
+    ab: tuple[str, ...] = ()
+
+
+def _ttft(r: Record) -> list[float]:
+    if not r.chunk_ns:
+        return []
+    return [(r.start_ns + r.chunk_ns[0] - r.origin_ns) / 1e6]
+
+
+def _e2e(r: Record) -> list[float]:
+    return [(r.end_ns - r.origin_ns) / 1e6]
+
+
+def _inter_chunk(r: Record) -> list[float]:
+    c = r.chunk_ns
+    return [(c[j] - c[j - 1]) / 1e6 for j in range(1, len(c))]
+
+
+def _itl(r: Record) -> list[float]:
+    c, n = r.chunk_ns, r.chunk_tokens
+    out: list[float] = []
+    for j in range(1, len(c)):
+        if n[j] > 0:
+            out.extend([(c[j] - c[j - 1]) / 1e6 / n[j]] * n[j])
+    return out
+
+
+def _tpot(r: Record) -> list[float]:
+    c, n = r.chunk_ns, r.chunk_tokens
+    total = sum(n)
+    if len(c) < 2 or total < 2:
+        return []
+    return [(c[-1] - c[0]) / 1e6 / (total - 1)]
+
+
+def _tokens_per_chunk(r: Record) -> list[float]:
+    return [float(x) for x in r.chunk_tokens]
+
+
+def _queue(r: Record) -> list[float]:
+    return [(r.start_ns - (r.intended_ns if r.intended_ns is not None else r.ready_ns)) / 1e6]
+
+
+def _request_rate(r: Record) -> list[float]:
+    total = sum(r.chunk_tokens)
+    dt = (r.end_ns - r.origin_ns) / 1e9
+    return [total / dt] if dt > 0 and total else []
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("output_throughput", "tok/s", "scalar", "higher", "output tokens received by successful requests / W",
+           per="level", path=("throughput", "output_token_throughput"), ab=("value",)),
+    Figure("request_throughput", "req/s", "scalar", "higher", "successful requests / W", per="level",
+           path=("throughput", "request_throughput"), ab=("value",)),
+    Figure("input_throughput", "tok/s", "scalar", "higher", "prompt tokens of successful requests / W",
+           per="level", path=("throughput", "input_token_throughput")),
+    Figure("ttft", "ms", "distribution", "lower",
+           "time to first token: t_1 - origin(r), the first content-bearing chunk", samples=_ttft,
+           error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99")),
+    Figure("itl", "ms", "distribution", "lower",
+           "inter-token latency: for each chunk j >= 2, n_j samples of (t_j - t_{j-1}) / n_j; a "
+           "chunk carrying several tokens spreads its gap over them (tokens in the first chunk "
+           "beyond the first have no gap and give no sample)", per="token", samples=_itl, table=True,
+           ab=("p50", "p99")),
+    Figure("inter_chunk", "ms", "distribution", "lower",
+           "inter-chunk latency: t_j - t_{j-1} for j >= 2, whatever the chunk carried", per="chunk",
+           samples=_inter_chunk, table=True),
+    Figure("tpot", "ms", "distribution", "lower",
+           "time per output token after the first: (t_m - t_1) / (sum_j n_j - 1), requests with >= 2 tokens",
+           samples=_tpot, error_adjusted=True, table=True, ab=("p50",)),
+    Figure("e2e", "ms", "distribution", "lower", "end-to-end latency: end(r) - origin(r)", samples=_e2e,
+           error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99")),
+    Figure("tokens_per_chunk", "tokens", "distribution", "higher", "n_j for every content-bearing chunk",
+           per="chunk", samples=_tokens_per_chunk, table=True),
+    Figure("client_queue", "ms", "distribution", "lower",
+           "client-side wait before sending: start - ready (closed loop: the worker was free) or "
+           "start - intended start (open loop: schedule lag plus max_in_flight wait)", samples=_queue, table=True),
+    Figure("request_output_rate", "tok/s", "distribution", "higher",
+           "one request's output tokens / (end(r) - origin(r))", samples=_request_rate, table=True),
+    Figure("acceptance_length", "tokens", "scalar", "higher",
+           "speculative decoding: 1 + accepted draft tokens / verify steps, from per-request fields",
+           per="level", path=("acceptance", "per_request", "acceptance_length"), ab=("value",)),
+    Figure("goodput", "ratio", "scalar", "higher", "fraction of requests that succeeded and met every SLO",
+           per="level", path=("goodput", "fraction")),
+    Figure("errors", "ratio", "scalar", "lower", "failed requests: rate (fraction) or count", per="level",
+           path=("failed",)),
+)
+BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}
+DISTRIBUTIONS: tuple[Figure, ...] = tuple(f for f in FIGURES if f.kind == "distribution")
+ADJUSTED = "_error_adjusted"
+
+
+def metric_names() -> tuple[str, ...]:
+    """Every distribution's name in the summary's `metrics`, each followed by its error-adjusted
+    variant where it has one."""
+    return tuple(n for f in DISTRIBUTIONS for n in ((f.name, f.name + ADJUSTED) if f.error_adjusted else (f.name,)))
+
+
+def table_rows() -> tuple[str, ...]:
+    """The metrics of the per-level tables, in order."""
+    return tuple(n for f in DISTRIBUTIONS if f.table
+                 for n in ((f.name, f.name + ADJUSTED) if f.table_error_adjusted else (f.name,)))
+
+
+def ab_figures() -> dict[str, Figure]:
+    """A/B figure name (`ttft.p50`, `output_throughput`, …) -> the figure it reads."""
+    out: dict[str, Figure] = {}
+    for f in FIGURES:
+        for stat in f.ab:
+            out[f.name if stat == "value" else f"{f.name}.{stat}"] = f
+    return out
+
+
+AB_FIGURES: dict[str, Figure] = ab_figures()
+
+
+def ab_path(name: str) -> tuple[str, ...]:
+    """Where an A/B figure's value is in a level summary."""
+    f = AB_FIGURES[name]
+    return f.path if f.kind == "scalar" else ("metrics", f.name, name.split(".", 1)[1])
+
+
+def read_path(obj: Any, path: tuple[str, ...]) -> Any:
+    """The value at `path` in a level summary (mappings or attributes); None where absent."""
+    x = obj
+    for k in path:
+        if x is None:
+            return None
+        x = x.get(k) if isinstance(x, dict) else getattr(x, k, None)
+    return x
