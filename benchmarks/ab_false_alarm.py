@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import os
 import platform
 import sys
@@ -23,10 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadgate.analysis import ab  # noqa: E402
+import loadgate  # noqa: E402
 from loadgate.config.profile import AB, Distribution, Load, Output, Profile, Target, Workload  # noqa: E402
 from loadgate.config.simconfig import SimConfig  # noqa: E402
-from loadgate.runner import run_async  # noqa: E402
 
 BASE = {"decode_step_us": 2000.0, "decode_us_per_seq": 60.0, "prefill_us_per_token": 4.0}
 
@@ -40,11 +38,9 @@ def verdict(seed: int, slowdown: float, pairs: int, tmp: Path) -> str:
                    load=Load(concurrency=8, warmup_requests=4),
                    ab=AB(baseline=Target(endpoint="embedded", sim=base), pairs=pairs, order_seed=seed),
                    output=Output(dir=str(tmp)))
-    run_dir = tmp / prof.name
-    run_dir.mkdir()
-    run_async(ab.run_ab(dataclasses.replace(prof), run_dir, False, True))
-    comps, _ = ab.comparisons(run_dir)
-    return ab.verdict(comps, list(prof.ab.decide_on))  # type: ignore[union-attr]
+    decision = loadgate.run(prof, unverified=True).judgement.verdict.ab_decision
+    assert decision is not None
+    return decision
 
 
 def main() -> None:

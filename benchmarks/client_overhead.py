@@ -2,7 +2,7 @@
 
 The simulator runs in a child process in fixed-step mode (every engine step takes exactly the
 given step, one token per sequence per step, no speculation), so each of N streams receives one
-chunk per step. loadgate runs its real `measure()` path against it; afterwards each received
+chunk per step. loadgate runs its real run path (`loadgate.run`, unverified) against it; afterwards each received
 chunk is matched with the simulator's ground-truth send time (the same system-wide monotonic
 clock). Two figures per configuration:
 - stamp error: loadgate's recorded arrival time - the simulator's send time (what ends up in
@@ -34,11 +34,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import loadgate  # noqa: E402
 from loadgate.config.profile import Distribution, Load, Output, Profile, Target, Workload  # noqa: E402
 from loadgate.config.simconfig import SimConfig  # noqa: E402
 from loadgate.jsonutil import load_json  # noqa: E402
 from loadgate.records import read_records  # noqa: E402
-from loadgate.runner import measure  # noqa: E402
 from loadgate.sim.process import SimProcess  # noqa: E402
 
 
@@ -50,18 +50,18 @@ def one(streams: int, step_ms: float, steps: int, transport: str, workers: int) 
                                          output_len=Distribution(dist="fixed", value=steps)),
                        load=Load(concurrency=streams, transport=transport, workers=workers),
                        output=Output(dir=tmp))
-        run_dir = measure(prof)
+        run_dir = loadgate.run(prof, unverified=True).run_dir
         truth = {t["request_id"]: t for t in sim.truth_records()}
         meta = load_json(run_dir / "meta.json")
         delays, lags, sends_all = [], [], []
         t0 = meta["t0_ns"]
         for r in read_records(run_dir / "records.jsonl"):
-            t = truth[f"{run_dir.name}-L{streams}-{r['i']}"]
+            t = truth[f"{run_dir.name}-L{streams}-{r.i}"]
             sends = [c["send_ns"] for c in t["chunks"] if c["kind"] == "tokens"]
             sends_all += sends
-            start = t0 + r["start_ns"]
-            delays += [(start + got - sent) / 1e6 for got, sent in zip(r["chunk_ns"], sends, strict=False)]
-            lags.append(r.get("read_lag_max_ns", 0) / 1e6)
+            start = t0 + r.start_ns
+            delays += [(start + got - sent) / 1e6 for got, sent in zip(r.chunk_ns, sends, strict=False)]
+            lags.append(r.read_lag_max_ns / 1e6)
         d, lag = np.asarray(delays), np.asarray(lags)
         span = (max(sends_all) - min(sends_all)) / 1e9
         return {"streams": streams, "step_ms": step_ms, "nominal": streams / (step_ms / 1e3),

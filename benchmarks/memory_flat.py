@@ -1,4 +1,4 @@
-"""Memory stays flat over a long run: 100,000 requests through loadgate's real `measure()` path.
+"""Memory stays flat over a long run: 100,000 requests through loadgate's real run path (`loadgate.run`, unverified).
 
 The simulator runs in a child process (fixed 1 ms steps, 4 output tokens per request, 16-token
 prompts); loadgate runs here at concurrency 64. A thread samples this process's resident set
@@ -23,9 +23,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import loadgate  # noqa: E402
 from loadgate.config.profile import Distribution, Load, Output, Profile, Target, Workload  # noqa: E402
 from loadgate.config.simconfig import SimConfig  # noqa: E402
-from loadgate.runner import measure  # noqa: E402
 from loadgate.sim.process import SimProcess  # noqa: E402
 
 
@@ -63,7 +63,7 @@ def main() -> None:
             th = threading.Thread(target=sampler, daemon=True)
             th.start()
             t = time.perf_counter()
-            run_dir = measure(prof)
+            run_dir = loadgate.run(prof, unverified=True).run_dir
             wall = time.perf_counter() - t
             stop.set()
             th.join()

@@ -1,4 +1,5 @@
-"""Command line: click commands only. Logic lives in the modules; errors map to exit codes here."""
+"""Command line: the click declarations (options, help) of every command; each calls its body in
+`loadgate.commands`. `main` maps errors to exit codes and prints them."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import os
 from collections.abc import Sequence
 
 import click
-import orjson
 
+from loadgate import commands
 from loadgate.errors import EXIT_CODES, LoadgateError
 from loadgate.version import __version__
 
@@ -24,29 +25,13 @@ def cli() -> None:
 def validate(profile: str) -> None:
     """Check PROFILE without running anything (keys, values, and that the files it names exist);
     exit 2 with a one-line error if it is invalid."""
-    from loadgate.config.profile import load_profile
-
-    p = load_profile(profile)
-    p.check_files()
-    if p.workload.trace is not None:
-        from loadgate.load.plan import trace_of
-
-        trace_of(p)
-    click.echo(f"{profile}: valid profile {p.name!r}")
-    c = p.load.concurrency
-    slots = max(c) if isinstance(c, tuple) else c
-    if slots and p.load.warmup_requests < slots:
-        click.echo(f"note: load.warmup_requests ({p.load.warmup_requests}) is below the concurrency ({slots}): "
-                   f"up to {slots - p.load.warmup_requests} measured requests per level open a connection, "
-                   "and their TTFT includes it")
+    commands.validate(profile)
 
 
 @cli.command()
 def schema() -> None:
     """Print the profile's JSON Schema (for editor completion)."""
-    from loadgate.config.profile import profile_json_schema
-
-    click.echo(orjson.dumps(profile_json_schema(), option=orjson.OPT_INDENT_2).decode())
+    commands.schema()
 
 
 @cli.command()
@@ -56,11 +41,9 @@ def schema() -> None:
               help="measure without an exactness check; figures are marked UNVERIFIED and the exit code is 11")
 def run(profile: str, quiet: bool, unverified: bool) -> None:
     """Run PROFILE: fingerprint the engine, check exactness against the baseline, and only if that
-    passes, measure; write results/<run-id>/ and print the report and tables."""
-    from loadgate.config.profile import load_profile
-    from loadgate.runner import run_profile
-
-    run_profile(load_profile(profile), progress=not quiet, unverified=unverified)
+    passes, measure; write results/<run-id>/, print the report and tables, and exit with the
+    verdict's code."""
+    commands.run(profile, quiet=quiet, unverified=unverified)
 
 
 @cli.command()
@@ -68,10 +51,7 @@ def run(profile: str, quiet: bool, unverified: bool) -> None:
 def check(profile: str) -> None:
     """Run only the exactness check of PROFILE; write results/<run-id>/ with the report, reproducer
     bundles and, when it passes, the attestation. Exit 0 passed, 10 failed."""
-    from loadgate.config.profile import load_profile
-    from loadgate.gate.policy import run_check_only
-
-    run_check_only(load_profile(profile))
+    commands.check(profile)
 
 
 @cli.command()
@@ -81,12 +61,7 @@ def check(profile: str) -> None:
 def baseline(profile: str, out: str) -> None:
     """Capture a baseline from PROFILE's target: every corpus case, one at a time, with token ids,
     raw logprobs, top alternatives and finish reasons; print the file written."""
-    from pathlib import Path
-
-    from loadgate.config.profile import load_profile
-    from loadgate.gate.policy import run_baseline
-
-    click.echo(run_baseline(load_profile(profile), Path(out)))
+    commands.baseline(profile, out)
 
 
 @cli.command()
@@ -96,10 +71,7 @@ def baseline(profile: str, out: str) -> None:
 def fingerprint(profile: str, against: str | None) -> None:
     """Print the configuration fingerprint of PROFILE's engine (canonical JSON and sha256), or the
     fields that differ from a saved one."""
-    from loadgate.config.profile import load_profile
-    from loadgate.gate.policy import show_fingerprint
-
-    click.echo(show_fingerprint(load_profile(profile), against))
+    commands.fingerprint(profile, against)
 
 
 @cli.command()
@@ -109,9 +81,7 @@ def fingerprint(profile: str, against: str | None) -> None:
 def replay(bundle: str, endpoint: str | None, times: int) -> None:
     """Re-send one reproducer bundle's request alone and compare the answer with its baseline.
     Exit 0 when every answer matches the baseline's tokens, 10 otherwise."""
-    from loadgate.gate.policy import run_replay
-
-    run_replay(bundle, endpoint, times)
+    commands.replay(bundle, endpoint, times)
 
 
 @cli.command()
@@ -121,13 +91,10 @@ def replay(bundle: str, endpoint: str | None, times: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="same as --format json")
 @click.option("--html", "html", is_flag=True, help="also write report.html with plots (needs the plot extra)")
 def report(run_dir: str, fmt: str, as_json: bool, html: bool) -> None:
-    """Re-render a finished run from its files alone (records.jsonl, meta.json, …); an A/B run folder
-    prints its comparison."""
-    from pathlib import Path
-
-    from loadgate.report.views import render_run
-
-    click.echo(render_run(Path(run_dir), "json" if as_json else fmt, html=html))
+    """Re-render a finished run from its files alone (records.jsonl, meta.json, …): the exactness
+    check, the figures, thresholds and the verdict, exiting with the verdict's code; an A/B run
+    folder prints its comparison."""
+    commands.report(run_dir, "json" if as_json else fmt, html)
 
 
 @cli.command()
@@ -137,11 +104,7 @@ def report(run_dir: str, fmt: str, as_json: bool, html: bool) -> None:
 def compare(runs: tuple[str, ...], fmt: str) -> None:
     """Compare saved runs: RUN_A is the baseline, each further RUN is compared with it (p50/p99 side by
     side, ratios and intervals); a single A/B run folder compares its own baseline and candidate runs."""
-    from pathlib import Path
-
-    from loadgate.report.views import render_compare
-
-    click.echo(render_compare([Path(r) for r in runs], fmt))
+    commands.compare(runs, fmt)
 
 
 def _add_optional_commands() -> None:

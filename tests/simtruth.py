@@ -7,10 +7,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import loadgate
 from loadgate.config.profile import Distribution, Load, Output, Profile, Target, Workload
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
-from loadgate.runner import measure
 from tests.profiles import LAX_BUDGETS
 
 
@@ -26,7 +26,7 @@ def profile_for(url: str, tmp: Path, *, requests: int, concurrency: int | None =
 
 
 def run(profile: Profile) -> tuple[Path, list[Record], dict[str, Any]]:
-    run_dir = measure(profile)
+    run_dir = loadgate.run(profile, unverified=True).run_dir
     return run_dir, list(read_records(run_dir / "records.jsonl", include_warmup=True)), load_json(run_dir / "meta.json")
 
 

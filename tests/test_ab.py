@@ -69,6 +69,32 @@ def test_a_slower_candidate_is_reported_regressed_and_exits_21(tmp_path, capsys)
     assert f["decision"] == "regressed" and f["ratio"] < 0.9 and f["interval"][1] < 1
 
 
+def _verdict_part(out: str) -> list[str]:
+    """From the first thresholds heading to the outcome line (thresholds tables and the verdict)."""
+    lines = out.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("thresholds ("))
+    end = next(k for k, line in enumerate(lines) if line.startswith("outcome: "))
+    return lines[start:end + 1]
+
+
+@pytest.mark.parametrize("name,base,code", [("thfail", None, 20), ("abrun", FAST, 22)])
+def test_report_re_renders_the_runs_verdict_thresholds_and_exit_code(tmp_path, capsys, name, base, code):
+    """`loadgate report RUN` judges the saved files again: the same thresholds tables, the same
+    verdict line and the same exit code as the `loadgate run` that wrote them."""
+    p = write_profile(tmp_path, name, cand=SLOW, base=base, pairs=2,
+                      thresholds={"ttft": ["p(50) < 1us" if base is None else "p(99) < 5s"],
+                                  "output_throughput": ["> 1"]})
+    assert main(["run", "-q", str(p)]) == code
+    ran = capsys.readouterr()
+    assert main(["report", str(tmp_path / "out" / name)]) == code
+    reported = capsys.readouterr()
+    assert _verdict_part(ran.out) == _verdict_part(reported.out)
+    assert ran.err.strip().splitlines()[-1] == reported.err.strip().splitlines()[-1]  # "loadgate: <why>"
+    v = load_json(tmp_path / "out" / name / "verdict.json")
+    assert v["code"] == code and f"(exit {code}" in _verdict_part(reported.out)[-1]
+    assert "exactness check: PASSED" in reported.out  # the check's block, re-rendered from its files
+
+
 def test_too_few_pairs_to_decide_exit_22(tmp_path, capsys):
     p = write_profile(tmp_path, "few", cand=SLOW, base=FAST, pairs=2)
     assert main(["run", "-q", str(p)]) == 22
@@ -100,6 +126,7 @@ def test_compare_and_report_work_on_saved_runs_with_no_engine(tmp_path, capsys):
     for fmt in ("table", "markdown", "csv", "json"):
         assert main(["report", str(moved / "B2"), "--format", fmt]) == 0
         assert capsys.readouterr().out.strip()
+    assert main(["report", str(moved)]) == 21  # the A/B folder: its verdict's code
     assert main(["compare", str(moved / "A1")]) == 2
 
 

@@ -107,7 +107,7 @@ def test_llama_server_v1_final_usage_event_is_not_counted_as_tokens():
 
 def test_an_answer_of_an_unexpected_shape_fails_the_request_not_the_run():
     from loadgate.engine.adapters.base import ErrorInfo
-    from loadgate.load.attack import Raw, decode
+    from loadgate.load.target import Raw, decode
 
     for api in ("openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-chat"):
         raw = Raw(start_ns=0)

@@ -163,7 +163,7 @@ def test_replay_reruns_one_bundle_alone(tmp_path, capsys):
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_a_fingerprint_change_around_the_measurement_stops_with_exit_11(tmp_path, monkeypatch, capsys, when):
     import loadgate.gate.policy as gate
-    import loadgate.runner as runner
+    import loadgate.runs as runs
     from loadgate.config.simconfig import SimConfig
     from loadgate.sim.process import SimProcess
 
@@ -185,13 +185,13 @@ def test_a_fingerprint_change_around_the_measurement_stops_with_exit_11(tmp_path
 
         monkeypatch.setattr(gate, "check_engine", check_then_restart)
     else:
-        real_perform = runner.perform
+        real_measure = runs.measure
 
-        async def perform_then_restart(*a, **k):
-            await real_perform(*a, **k)
+        async def measure_then_restart(*a, **k):
+            await real_measure(*a, **k)
             restart_with_other_flags()
 
-        monkeypatch.setattr(runner, "perform", perform_then_restart)
+        monkeypatch.setattr(runs, "measure", measure_then_restart)
     try:
         # baseline from the same configuration, captured first
         p = profile(tmp_path, run_id="fp", extra={"target": {"endpoint": procs[0].url}})
@@ -207,6 +207,10 @@ def test_a_fingerprint_change_around_the_measurement_stops_with_exit_11(tmp_path
     err = capsys.readouterr().err
     assert code == 11
     assert "max_num_seqs" in err and ("between the check" in err if when == "before" else "during" in err)
+    # the run folder says so too: `report` judges it again from its files, with the same code
+    assert main(["report", str(tmp_path / "out" / "fp")]) == 11
+    out = capsys.readouterr().out
+    assert "NOT ESTABLISHED (exit 11" in out and "max_num_seqs" in out
 
 
 def test_fingerprint_command_prints_the_hash_and_diffs_a_saved_one(tmp_path, capsys):

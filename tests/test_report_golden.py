@@ -14,8 +14,24 @@ from loadgate.records import read_records
 
 RUNS = Path(__file__).parent / "data" / "runs-v1"
 GOLDEN = RUNS / "golden"
-# Lines a newer loadgate may print that the previous version did not (each a regex, whole line).
-ADDED: tuple[str, ...] = ()
+# Lines a newer loadgate prints that the previous version did not (each a regex, whole line): the
+# exactness block, capacity and thresholds tables, and the verdict (the verdict stage).
+ADDED: tuple[str, ...] = (
+    "",
+    # the exactness check, from exactness.json (A/B: each side's)
+    r"== (baseline|candidate)", r"candidate fingerprint \S+ · baseline .* · corpus .*", r"exactness check: (PASSED|FAILED)",
+    r"contract: .*", r"scenarios: .*", r"verdicts: .*", r"positions compared before each first divergence: .*",
+    r"speculation: .*",
+    # capacity (sweeps) and thresholds, as `loadgate run` printed them
+    r"capacity:", r"concurrency\s+output tok/s\s+ttft p99 ms\s+itl p99 ms\s+meets SLOs", r"[-\s]+",
+    r"\d+(\.\d+)?\s+[\d,.]+\s+[\d,.]+\s+[\d,.n/a]+\s+(yes|no|n/a)", r"(highest|no) (concurrency|rate) .*SLOs.*",
+    r"thresholds \(.*\):", r"threshold\s+measured\s+limit\s+result", r"\S.* (pass|FAIL)( \(.*\))?",
+    r"thresholds: \d+ passed, \d+ failed", r"```text", r"```",
+    # the verdict
+    r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
+    r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
+    r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+)
 
 
 def assert_golden_plus_added(new: str, golden: str) -> None:

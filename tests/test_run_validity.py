@@ -11,13 +11,13 @@ import urllib.request
 import orjson
 import pytest
 
+import loadgate
 from loadgate.analysis.summary import build_summary
 from loadgate.cli import main
 from loadgate.config.profile import HealthBudgets
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig
-from loadgate.errors import MeasurementInvalid
 from loadgate.report.table import render_summary
-from loadgate.runner import run_profile
+from loadgate.report.views import render_judgement
 from loadgate.sim.process import SimProcess
 from tests.profiles import LAX_HEALTH
 from tests.recs import make_record
@@ -58,21 +58,20 @@ def test_foreign_traffic_during_the_window_trips_the_contamination_check(tmp_pat
         th = threading.Thread(target=intruder)
         th.start()
         prof = profile_for(sim.url, tmp_path, requests=60, concurrency=2, osl=24)
-        with pytest.raises(MeasurementInvalid) as err:
-            run_profile(prof, progress=False, unverified=True)
+        result = loadgate.run(prof, unverified=True)
         th.join()
-    assert err.value.exit_code == 30
-    assert "contamination" in err.value.message and "finished 63 requests" in err.value.message
-    assert "CONTAMINATION" in capsys.readouterr().out
+    v = result.judgement.verdict
+    assert (v.code, v.outcome) == (30, "invalid")
+    assert "contamination" in v.message and "finished 63 requests" in v.message
+    assert "CONTAMINATION" in render_judgement(result.run_dir, result.judgement, "table")
 
 
 def test_a_client_over_its_health_budget_makes_the_run_invalid_with_advice(tmp_path):
     with SimProcess(FAST) as sim:
         prof = profile_for(sim.url, tmp_path, requests=8, concurrency=2, osl=8)
         prof = dataclasses.replace(prof, health=HealthBudgets(cpu_max=1e-6))
-        with pytest.raises(MeasurementInvalid) as err:
-            run_profile(prof, progress=False, unverified=True)
-    assert "of a core" in err.value.message and "use more workers" in err.value.message
+        v = loadgate.run(prof, unverified=True).judgement.verdict
+    assert v.code == 30 and "of a core" in v.message and "use more workers" in v.message
 
 
 def test_concurrency_sweep_and_open_loop_run_end_to_end(tmp_path):
@@ -104,7 +103,9 @@ output: {{dir: {tmp_path / 'out'}, run_id: r1}}
     assert main(["report", str(tmp_path / "out" / "r1")]) == 0
     again = capsys.readouterr().out
     table = out[out.index("performance of the attested"):out.index("records:")].strip()
-    assert again.strip() == table  # the same tables from the run's files alone
+    assert again.strip().endswith(table)  # the same tables and verdict from the run's files alone
+    check_block = out[:out.index("performance of the attested")].strip()
+    assert again.strip().startswith(check_block)  # after the check's report, re-rendered from exactness.json
     assert main(["report", str(tmp_path)]) == 2
 
 
@@ -174,7 +175,7 @@ def test_a_real_run_folder_with_a_damaged_file_is_a_one_line_error(tmp_path, fil
 
     with SimProcess(FAST) as sim:
         run_dir, _, _ = run(profile_for(sim.url, tmp_path, requests=4, concurrency=2, osl=4))
-    assert "concurrency 2" in render_run(run_dir, "table")
+    assert "concurrency 2" in render_run(run_dir, "table").text
     (run_dir / file).write_text(text)
     with pytest.raises(UsageError, match=f"^{run_dir}: not a complete run folder"):
         render_run(run_dir, "table")
@@ -221,7 +222,7 @@ def test_a_failing_load_worker_is_one_line_in_the_parent_and_keeps_its_exit_code
     import asyncio
 
     from loadgate.errors import EngineError, UsageError
-    from loadgate.load.attack import TargetSpec
+    from loadgate.load.target import TargetSpec
     from loadgate.load.workers import Phase, WorkerGroup, _worker_error
     from loadgate.records import RecordWriter
 

@@ -135,7 +135,8 @@ def _against(handle, rounds: list[tuple[int, float]], pool_out: list | None = No
     succeeded) and the connections the pool opened; the pool itself goes to `pool_out`."""
     import threading
 
-    from loadgate.load.attack import Target, TargetSpec, fetch, finish_socket, make_session
+    from loadgate.engine.http import make_session
+    from loadgate.load.target import Target, TargetSpec, fetch, finish_socket
 
     server_loop = asyncio.new_event_loop()
     server = server_loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))

@@ -1,4 +1,6 @@
-"""A/B in one profile: both engines up at once, exactness established for each, then interleaved runs.
+"""A/B run folders, read back: which runs each side made, the run-level comparisons, the verdict of
+the comparison, and each side's median run (for thresholds). Pure functions of saved files; the
+runs themselves are made by `loadgate.runs`.
 
 Layout of an A/B run folder:
   ab.json                the settings, the order the runs were made in, and which folder is which
@@ -12,74 +14,15 @@ machine or the engines hits both sides alike. Every run sends the same seeded re
 
 from __future__ import annotations
 
-import dataclasses
-import random
 import statistics
 from pathlib import Path
 from typing import Any
 
 from loadgate.analysis.abstats import FigureComparison, compare_summaries, overall, worst
 from loadgate.analysis.summary import build_summary
-from loadgate.config.profile import Profile
-from loadgate.jsonutil import dump_json, load_json
+from loadgate.jsonutil import load_json
 
 SIDES = {"A": "baseline", "B": "candidate"}
-
-
-def side_profile(profile: Profile, side: str) -> Profile:
-    assert profile.ab is not None
-    target = profile.ab.baseline if side == "A" else profile.target
-    return dataclasses.replace(profile, target=target)
-
-
-def run_order(pairs: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    order: list[str] = []
-    for i in range(1, pairs + 1):
-        pair = [f"A{i}", f"B{i}"]
-        rng.shuffle(pair)
-        order += pair
-    return order
-
-
-async def run_ab(profile: Profile, run_dir: Path, progress: bool, unverified: bool) -> None:
-    """Check both engines, then make the interleaved runs; writes ab.json and the run folders."""
-    from loadgate.gate import policy as gate
-    from loadgate.runner import perform, prepare_tokens
-
-    assert profile.ab is not None
-    sides = {s: side_profile(profile, s) for s in SIDES}
-    order = run_order(profile.ab.pairs, profile.ab.order_seed)
-    dump_json(run_dir / "ab.json", {"pairs": profile.ab.pairs, "order": order, "sides": SIDES,
-                                    "unverified": unverified, "ab": dataclasses.asdict(profile.ab)})
-    async with gate.open_engine(sides["A"]) as ea, gate.open_engine(sides["B"]) as eb:
-        engines = {"A": ea, "B": eb}
-        tokens = {s: await prepare_tokens(sides[s], e.session, e.base, e.model) for s, e in engines.items()}
-        atts: dict[str, Any] = {}
-        if not unverified:
-            for s, e in engines.items():
-                d = run_dir / f"check-{SIDES[s]}"
-                d.mkdir()
-                print(f"\n== {SIDES[s]} ({e.base})")
-                outcome = await gate.check_engine(e, d)
-                gate.print_check(outcome)
-                gate.raise_if_failed(outcome)
-                atts[s] = outcome.attestation
-                await gate.verify_fingerprint(e, outcome.attestation or {}, "between the check and the measurement")
-        print(f"\nruns, in this order: {' '.join(order)} (A = baseline, B = candidate)")
-        for name in order:
-            s = name[0]
-            d = run_dir / name
-            d.mkdir()
-            e = engines[s]
-            att = atts.get(s)
-            await perform(sides[s], e.base, e.session, e.model, d, progress,
-                          extra_meta={"unverified": unverified, "ab_side": SIDES[s],
-                                      "attestation": gate.attestation_meta(att)}, tokens=tokens[s])
-            dump_json(d / "summary.json", build_summary(d))
-        for s, e in engines.items():
-            if s in atts:
-                await gate.verify_fingerprint(e, atts[s], "during the measurements")
 
 
 def load_ab(run_dir: Path) -> dict[str, Any]:

@@ -36,6 +36,7 @@ import numpy as np
 from scipy import stats as sps
 
 from loadgate.analysis.figures import AB_FIGURES, BY_NAME, Figure, ab_path, read_path
+from loadgate.jsonutil import clean
 from loadgate.records import Record
 
 Decision = Literal["improved", "regressed", "no change", "inconclusive", "single run", "n/a"]
@@ -170,3 +171,10 @@ def compare_summaries(a: list[dict[str, Any]], b: list[dict[str, Any]], **kw: An
     """Every figure, from per-run level summaries of each side."""
     return {name: compare_figure(name, [figure(s, name) for s in a], [figure(s, name) for s in b], **kw)
             for name in FIGURES}
+
+
+def comparisons_json(comps: dict[str, FigureComparison], verdict: str | None = None) -> dict[str, Any]:
+    return clean({"verdict": verdict, "figures": {n: {
+        "unit": unit_of(n), "baseline_runs": c.baseline, "candidate_runs": c.candidate, "ratio": c.ratio,
+        "interval": c.ci, "p_mannwhitney": c.p_mannwhitney, "p_welch_log": c.p_welch_log, "decision": c.decision,
+        "higher_is_better": c.higher_is_better, "words": c.words()} for n, c in comps.items()}})

@@ -79,3 +79,11 @@ def throughput(records: list[Record]) -> dict[str, float | None]:
                 "input_token_throughput": None}
     return {"window_s": w, "request_throughput": len(ok) / w, "output_token_throughput": out_tok / w,
             "input_token_throughput": in_tok / w}
+
+
+def lag_percentiles(x: np.ndarray) -> dict[str, float | None]:
+    """p50, p99, max and the sample count of a lag series (milliseconds); None without samples."""
+    if x.size == 0:
+        return {"p50": None, "p99": None, "max": None, "samples": 0}
+    p50, p99 = np.percentile(x, [50, 99])
+    return {"p50": float(p50), "p99": float(p99), "max": float(x.max()), "samples": int(x.size)}

@@ -12,10 +12,10 @@ from typing import Any
 from loadgate.analysis.figures import BY_NAME
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.specdec import contamination, from_counters, from_records, reconcile
+from loadgate.analysis.validity import schedule_lag, verdict
 from loadgate.config.profile import HealthBudgets
 from loadgate.engine.servermetrics import Snapshot
 from loadgate.jsonutil import load_json
-from loadgate.load.health import schedule_lag, verdict
 from loadgate.records import Record, read_records
 
 

@@ -453,3 +453,38 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
             "baseline": t.baseline, "unit": _DISPLAY_UNIT[t.dimension] or None,
             "measured": outcome.measured, "limit": outcome.limit, "passed": outcome.passed,
             "reason": outcome.reason}
+
+
+@dataclass(frozen=True)
+class LevelJudgement:
+    """The profile's thresholds judged on one load level."""
+
+    level: str
+    where: str  # "this run", "level 4", "this run, on the median candidate run …"
+    outcomes: list[Outcome]
+
+
+def judge(thresholds: Mapping[str, Sequence[str]], cand: Mapping[str, Mapping[str, Any]],
+          base: Mapping[str, Mapping[str, Any]] | None = None) -> list[LevelJudgement]:
+    """Every threshold on every level of `cand` (per-level summaries); `base` is the A/B baseline's
+    median run per level (its presence says the candidate is a median run too)."""
+    if not thresholds:
+        return []
+    ts = parse_all({k: list(v) for k, v in thresholds.items()})
+    out = []
+    for lv, summary in cand.items():
+        where = f"level {lv}" if len(cand) > 1 else "this run"
+        if base is not None:
+            where += ", on the median candidate run" + (" against the median baseline run" if any(
+                t.value is None for t in ts) else "")
+        out.append(LevelJudgement(lv, where, evaluate_all(ts, summary, None if base is None else base.get(lv))))
+    return out
+
+
+def render_judged(judged: Sequence[LevelJudgement]) -> str:
+    """Each level's table under its heading, as `loadgate run` prints it."""
+    return "\n".join(f"\nthresholds ({j.where}):\n" + render(j.outcomes) for j in judged)
+
+
+def judged_json(judged: Sequence[LevelJudgement]) -> list[dict[str, Any]]:
+    return [{"level": j.level, **to_json(o)} for j in judged for o in j.outcomes]

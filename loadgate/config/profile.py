@@ -18,10 +18,9 @@ from urllib.parse import urlsplit
 from loadgate.analysis.figures import AB_FIGURES
 from loadgate.config.knob import knob
 from loadgate.config.simconfig import SimConfig
+from loadgate.engine.adapters import API
 from loadgate.errors import ProfileError
-
-API = Literal["openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-completions",
-              "llamacpp-openai-chat"]
+from loadgate.exactness.contract import Contract
 
 
 @dataclass(frozen=True)
@@ -167,28 +166,6 @@ class Load:
         if self.concurrency is not None and self.max_in_flight is not None:
             return [("max_in_flight", "only used with `rate` (open loop); closed loop keeps "
                      "`concurrency` requests in flight")]
-        return []
-
-
-@dataclass(frozen=True)
-class Contract:
-    """What the exactness check requires (see README: contracts)."""
-
-    tier: Literal["bit-exact", "token-exact", "logprob-tolerance", "near-tie-tolerant"] = knob(
-        "bit-exact", "the contract tier")
-    tolerance: float | None = knob(None, "logprob-tolerance: largest logprob difference, nats", min=0.0)
-    gap: float | None = knob(None, "near-tie-tolerant: largest baseline top-2 gap at a divergence, nats",
-                             min=0.0)
-
-    def check(self) -> list[tuple[str, str]]:
-        if self.tier == "logprob-tolerance" and self.tolerance is None:
-            return [("tolerance", "required when tier is 'logprob-tolerance'")]
-        if self.tier == "near-tie-tolerant" and self.gap is None:
-            return [("gap", "required when tier is 'near-tie-tolerant'")]
-        if self.tolerance is not None and self.tier != "logprob-tolerance":
-            return [("tolerance", f"only read when tier is 'logprob-tolerance', not {self.tier!r}")]
-        if self.gap is not None and self.tier != "near-tie-tolerant":
-            return [("gap", f"only read when tier is 'near-tie-tolerant', not {self.tier!r}")]
         return []
 
 

@@ -25,7 +25,7 @@ from loadgate.exactness.check import CheckResult
 from loadgate.exactness.compare import compare
 from loadgate.exactness.contract import DEFAULT_NEAR_TIE_NATS, Contract, passes, verdict
 from loadgate.exactness.replay import Observed
-from loadgate.load.attack import Target, TargetSpec, decode, fetch
+from loadgate.load.target import Target, TargetSpec, decode, fetch
 from loadgate.version import __version__
 
 ROUTE_API = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions",

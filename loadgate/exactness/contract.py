@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from loadgate.config.knob import knob
 from loadgate.exactness.compare import Comparison
 
 Tier = Literal["bit-exact", "token-exact", "logprob-tolerance", "near-tie-tolerant"]
@@ -30,9 +31,23 @@ DEFAULT_NEAR_TIE_NATS = 0.3
 
 @dataclass(frozen=True)
 class Contract:
-    tier: Tier
-    tolerance: float | None = None  # logprob-tolerance: nats
-    gap: float | None = None  # near-tie-tolerant: nats
+    """What the exactness check requires (the profile's `exactness.contract`)."""
+
+    tier: Tier = knob("bit-exact", "the contract tier")
+    tolerance: float | None = knob(None, "logprob-tolerance: largest logprob difference, nats", min=0.0)
+    gap: float | None = knob(None, "near-tie-tolerant: largest baseline top-2 gap at a divergence, nats", min=0.0)
+
+    def check(self) -> list[tuple[str, str]]:
+        """The tier's own setting is given, and no other tier's."""
+        if self.tier == "logprob-tolerance" and self.tolerance is None:
+            return [("tolerance", "required when tier is 'logprob-tolerance'")]
+        if self.tier == "near-tie-tolerant" and self.gap is None:
+            return [("gap", "required when tier is 'near-tie-tolerant'")]
+        if self.tolerance is not None and self.tier != "logprob-tolerance":
+            return [("tolerance", f"only read when tier is 'logprob-tolerance', not {self.tier!r}")]
+        if self.gap is not None and self.tier != "near-tie-tolerant":
+            return [("gap", f"only read when tier is 'near-tie-tolerant', not {self.tier!r}")]
+        return []
 
     def words(self) -> str:
         """The contract in plain words, printed verbatim in every report."""

@@ -22,13 +22,12 @@ text actually sent, not the compact form in the file. Any malformed line raises 
 (a `UsageError`, exit code 2) with one line `FILE:LINE: KEY: REASON`.
 
 `build_reference_cases()` generates the shipped `workloads/reference.jsonl`;
-`python -m loadgate.exactness.corpus [PATH]` rewrites it (or writes PATH).
+`python scripts/write_corpus.py [PATH]` rewrites it (or writes PATH).
 """
 
 from __future__ import annotations
 
 import hashlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,6 @@ from typing import Any, NoReturn
 
 import orjson
 
-import loadgate
 from loadgate.errors import UsageError
 from loadgate.load.workload.text import filler_text
 
@@ -100,7 +98,7 @@ class Corpus:
 
 def default_corpus_path() -> Path:
     """`workloads/reference.jsonl` at the repository root (beside the `loadgate` package)."""
-    return Path(loadgate.__file__).resolve().parents[1] / "workloads" / "reference.jsonl"
+    return Path(__file__).resolve().parents[2] / "workloads" / "reference.jsonl"
 
 
 def corpus_sha256(cases: tuple[Case, ...] | list[Case]) -> str:
@@ -403,17 +401,3 @@ def build_reference_cases() -> list[dict[str, Any]]:
 def render_jsonl(cases: list[dict[str, Any]]) -> bytes:
     """One compact JSON object per line (keys in the objects' own order), newline-terminated."""
     return b"".join(orjson.dumps(c) + b"\n" for c in cases)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Write the shipped corpus to argv[0] (default `default_corpus_path()`), validate it, print it."""
-    args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0]) if args else default_corpus_path()
-    path.write_bytes(render_jsonl(build_reference_cases()))
-    corpus = load_corpus(path)
-    print(f"wrote {len(corpus.cases)} cases to {path} (sha256 {corpus.sha256})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -22,7 +22,7 @@ from loadgate.engine.http import get_json
 from loadgate.errors import EngineError
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.corpus import Case
-from loadgate.load.attack import Target, TargetSpec, decode, fetch
+from loadgate.load.target import Target, TargetSpec, decode, fetch
 
 
 @dataclass

@@ -6,6 +6,7 @@ its scenario and first divergence, however good the pass rate.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
@@ -78,3 +79,29 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
     for reason in j["reasons"]:
         lines.append(f"FAILED: {reason}")
     return "\n".join(lines)
+
+
+def _show_path(p: str) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return p
+
+
+def header_of(report: dict[str, Any]) -> str:
+    """The check's first line: candidate fingerprint, baseline, corpus (from exactness.json)."""
+    b, c = report["baseline"], report["corpus"]
+    return (f"candidate fingerprint {report['fingerprint_hash'][:16]} · baseline "
+            f"{_show_path(b['file']) if b['file'] else 'sim-reference'} "
+            f"(fingerprint {b['fingerprint_hash'][:16]}) · corpus {_show_path(c['path'])} "
+            f"({c['cases']} cases, sha256 {c['sha256'][:12]})")
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """The whole check report, as printed by `loadgate run`, `check` and `report`, from the
+    exactness.json document."""
+    text = render(report, header=header_of(report))
+    if report.get("bundles"):
+        text += (f"\nreproducers: {len(report['bundles'])} bundle(s) in {Path(report['bundles'][0]).parent}/ "
+                 "(`loadgate replay BUNDLE` re-runs one)")
+    return text

@@ -5,11 +5,8 @@
 - GC pauses: wall time between the `start` and `stop` callbacks of `gc.callbacks`;
 - client CPU: process user + system CPU seconds / wall seconds over the window (1.0 = one core
   saturated: the client cannot keep up);
-- schedule lag (open loop): actual start - intended start of each request, taken from records.
-
-Budgets come from the profile's `health` section; `verdict` says which were exceeded and what to
-change. A run over budget is invalid (exit code 30): its figures describe the client, not the
-engine.
+The figures are judged against the profile's budgets afterwards, from the saved files
+(`loadgate.analysis.validity`).
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgate.records import Record
+from loadgate.analysis.metrics import lag_percentiles
 
 
 @dataclass
@@ -76,41 +73,8 @@ class HealthMonitor:
         self.cpu_fraction = (self._cpu() - self._cpu0) / wall if wall > 0 else None
         lags = np.asarray(self.lags_ms)
         return {
-            "loop_lag_ms": _pcts(lags),
+            "loop_lag_ms": lag_percentiles(lags),
             "gc_pauses": len(self.gc_pauses_ms), "gc_pause_max_ms": max(self.gc_pauses_ms, default=0.0),
             "gc_pause_total_ms": float(sum(self.gc_pauses_ms)),
             "client_cpu_fraction": self.cpu_fraction,
         }
-
-
-def _pcts(x: np.ndarray) -> dict[str, float | None]:
-    if x.size == 0:
-        return {"p50": None, "p99": None, "max": None, "samples": 0}
-    p50, p99 = np.percentile(x, [50, 99])
-    return {"p50": float(p50), "p99": float(p99), "max": float(x.max()), "samples": int(x.size)}
-
-
-def schedule_lag(records: list[Record]) -> dict[str, float | None] | None:
-    """Open loop only: ready - intended (how late the client noticed a request was due)."""
-    lags = [(r.ready_ns - r.intended_ns) / 1e6 for r in records if r.intended_ns is not None]
-    return _pcts(np.asarray(lags)) if lags else None
-
-
-def verdict(health: dict[str, Any], budgets: Any) -> list[str]:
-    """Messages for every exceeded budget, each saying what to change; empty when healthy."""
-    out = []
-    lag = health["loop_lag_ms"]["p99"]
-    if lag is not None and lag > budgets.loop_lag_p99_ms:
-        out.append(f"client event-loop lag p99 was {lag:.1f} ms (budget {budgets.loop_lag_p99_ms:g} ms): "
-                   "use `load.workers: 2` or more, or lower the concurrency")
-    if health["gc_pause_max_ms"] > budgets.gc_pause_max_ms:
-        out.append(f"a client GC pause lasted {health['gc_pause_max_ms']:.1f} ms (budget "
-                   f"{budgets.gc_pause_max_ms:g} ms): use more workers or fewer requests per worker")
-    cpu = health.get("client_cpu_fraction")
-    if cpu is not None and cpu > budgets.cpu_max:
-        out.append(f"the client used {cpu:.0%} of a core (budget {budgets.cpu_max:.0%}): use more workers")
-    sl = health.get("schedule_lag_ms")
-    if sl and sl["p99"] is not None and sl["p99"] > budgets.schedule_lag_p99_ms:
-        out.append(f"open-loop schedule lag p99 was {sl['p99']:.1f} ms (budget {budgets.schedule_lag_p99_ms:g} ms): "
-                   "the client started requests late; use more workers or a lower rate")
-    return out

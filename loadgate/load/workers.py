@@ -28,11 +28,14 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
-from loadgate import errors
+import loadgate.errors as errors
 from loadgate.config.profile import Profile
-from loadgate.load.attack import Recorder, Target, TargetSpec, closed_loop, make_session, open_loop
+from loadgate.engine.http import make_session
+from loadgate.load.executors import ClosedLoop, OpenLoop
 from loadgate.load.health import HealthMonitor
-from loadgate.load.plan import Plan, build_plan
+from loadgate.load.plan import Plan, PlannedRequest, build_plan
+from loadgate.load.recorder import Recorder
+from loadgate.load.target import Target, TargetSpec
 from loadgate.records import RecordWriter
 
 
@@ -61,16 +64,15 @@ async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *
     monitor.start()
     stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
     if phase.open_loop:
-        await open_loop(target, (plan[k] for k in phase.indices if mine(k)), float(phase.level), recorder,
-                        run_tag=phase.run_tag, t0_ns=phase.t0_ns, start_ns=start_ns or perf_counter_ns(),
-                        max_in_flight=phase.max_in_flight, stop_at_ns=stop)
+        await OpenLoop(float(phase.level), start_ns or perf_counter_ns(), phase.max_in_flight, stop).run(
+            target, (plan[k] for k in phase.indices if mine(k)), recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
     else:
-        def draw() -> Iterator[Any]:
+        def draw() -> Iterator[PlannedRequest]:
             while next_index is not None and (k := next_index()) is not None:
                 yield plan[k]
         src = draw() if next_index is not None else (plan[k] for k in phase.indices if mine(k))
-        await closed_loop(target, src, concurrency or int(phase.level), recorder, run_tag=phase.run_tag,
-                          t0_ns=phase.t0_ns, stop_at_ns=stop, level=int(phase.level))
+        await ClosedLoop(concurrency or int(phase.level), int(phase.level), stop).run(
+            target, src, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
     return await monitor.stop()
 
 
@@ -184,7 +186,7 @@ def _worker_error(j: int, kind: str, message: str) -> Exception:
 
 def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any, outbox: Any,
             counter: Any, done: Any) -> None:
-    from loadgate.runner import run_async  # late import: the child process's own loop
+    from loadgate.engine.connect import run_async  # the child process's own loop
 
     try:
         run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done))

@@ -9,7 +9,6 @@ from typing import Any
 from tabulate import tabulate
 
 from loadgate.analysis.abstats import FigureComparison, unit_of
-from loadgate.jsonutil import clean
 
 COLUMNS = ["figure", "unit", "baseline", "candidate", "ratio", "interval", "p (Mann–Whitney)", "decision"]
 
@@ -70,11 +69,3 @@ def as_csv(comps: dict[str, FigureComparison]) -> str:
                     c.p_welch_log, c.decision, " ".join(f"{x:.6g}" for x in c.baseline),
                     " ".join(f"{x:.6g}" for x in c.candidate)])
     return buf.getvalue()
-
-
-def to_json(comps: dict[str, FigureComparison], verdict: str | None = None) -> dict[str, Any]:
-    return clean({"verdict": verdict, "figures": {n: {
-        "unit": _unit(n), "baseline_runs": c.baseline, "candidate_runs": c.candidate, "ratio": c.ratio,
-        "interval": c.ci, "p_mannwhitney": c.p_mannwhitney, "p_welch_log": c.p_welch_log, "decision": c.decision,
-        "higher_is_better": c.higher_is_better, "words": c.words()} for n, c in comps.items()}})
-

@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from loadgate.analysis.abstats import FIGURES, FigureComparison, compare_figure, figure, request_level
+from loadgate.analysis.abstats import (
+    FIGURES,
+    FigureComparison,
+    compare_figure,
+    comparisons_json,
+    figure,
+    request_level,
+)
 from loadgate.analysis.summary import build_summary
+from loadgate.analysis.thresholds import render as render_thresholds
+from loadgate.analysis.thresholds import render_judged
 from loadgate.errors import UsageError
-from loadgate.jsonutil import clean
+from loadgate.exactness.report import report_text
+from loadgate.jsonutil import clean, load_json
 from loadgate.records import read_records
 from loadgate.report import compare_table as ct
-from loadgate.report.table import render_summary, summary_csv, summary_markdown
+from loadgate.report.table import capacity_table, render_summary, summary_csv, summary_markdown
+from loadgate.verdict import OUTCOME_WORDS, Judgement, judge
 
 
 def is_ab(path: Path) -> bool:
@@ -25,13 +36,15 @@ def is_ab(path: Path) -> bool:
 def _require_run(path: Path) -> None:
     if not path.is_dir():
         raise UsageError(f"{path}: no such run folder")
-    if not is_ab(path) and not ((path / "records.jsonl").exists() and (path / "meta.json").exists()):
+    measured = (path / "records.jsonl").exists() and (path / "meta.json").exists()
+    stopped = (path / "stop.json").exists() or (path / "exactness.json").exists()
+    if not (is_ab(path) or measured or stopped):
         raise UsageError(f"{path}: not a loadgate run folder (records.jsonl and meta.json expected)")
 
 
 def _render_comps(comps: dict[str, FigureComparison], fmt: str, n_a: int, n_b: int, title: str) -> str:
     if fmt == "json":
-        return orjson.dumps(ct.to_json(comps), option=orjson.OPT_INDENT_2).decode()
+        return orjson.dumps(comparisons_json(comps), option=orjson.OPT_INDENT_2).decode()
     if fmt == "csv":
         return ct.as_csv(comps)
     if fmt == "markdown":
@@ -40,27 +53,104 @@ def _render_comps(comps: dict[str, FigureComparison], fmt: str, n_a: int, n_b: i
     return f"{title}\n{ct.as_table(comps, n_a, n_b)}\n" + "\n".join(words)
 
 
-def render_ab(run_dir: Path, fmt: str) -> str:
-    from loadgate.analysis import ab
+def _exactness_block(run_dir: Path) -> str:
+    """The check's report from its exactness.json ("" when the run had no check)."""
+    p = run_dir / "exactness.json"
+    return report_text(load_json(p)) if p.exists() else ""
 
-    comps, settings = ab.comparisons(run_dir)
-    info = read_ab(run_dir)
-    verdict = ab.verdict(comps, list(settings["decide_on"]))
+
+def _ab_exactness(run_dir: Path) -> str:
+    parts = []
+    for side in ("baseline", "candidate"):
+        text = _exactness_block(run_dir / f"check-{side}")
+        if text:
+            parts.append(f"== {side}\n{text}")
+    return "\n\n".join(parts)
+
+
+def render_ab(j: Judgement, fmt: str) -> str:
+    """An A/B folder's comparison per level and the comparison's verdict."""
+    assert j.comparisons is not None and j.ab_info is not None
+    comps, info = j.comparisons, j.ab_info
     n_a, n_b = len(info["runs"]["A"]), len(info["runs"]["B"])
     if fmt == "json":
-        return orjson.dumps(clean({"verdict": verdict, "levels": {lv: ct.to_json(c) for lv, c in comps.items()}}),
+        return orjson.dumps(clean({"outcome": j.verdict.to_json(), "verdict": j.verdict.ab_decision,
+                                   "levels": {lv: comparisons_json(c) for lv, c in comps.items()}}),
                             option=orjson.OPT_INDENT_2).decode()
     parts = [_render_comps(c, fmt, n_a, n_b, f"level {lv}: candidate (B) vs baseline (A), order "
                            f"{' '.join(info['ab']['order'])}") for lv, c in comps.items()]
-    return "\n\n".join(parts) + (f"\n\nverdict: {verdict}" if fmt in ("table", "markdown") else "")
+    text = "\n\n".join(parts) + (f"\n\nverdict: {j.verdict.ab_decision}" if fmt in ("table", "markdown") else "")
+    if fmt == "table" and j.ab_settings:
+        st = j.ab_settings
+        text += (f"\ndecided on {', '.join(st['decide_on'])}; practical change {st['practical']:.0%}, "
+                 f"alpha {st['alpha']}")
+    return text
 
 
-def _with_note(text: str, note: str, fmt: str) -> str:
-    """Machine-readable output stays parseable: the report.html note goes to stderr for json/csv."""
-    if note and fmt in ("json", "csv"):
-        sys.stderr.write(note.strip() + "\n")
-        return text
-    return text + note
+def outcome_line(j: Judgement, fmt: str) -> str:
+    """The verdict as the last line of a table or markdown report."""
+    return f"outcome: {j.verdict.words}" if fmt == "table" else f"**outcome**: {j.verdict.words}"
+
+
+def render_judgement(run_dir: Path, j: Judgement, fmt: str, *, exactness: bool = True) -> str:
+    """A judged run folder in one format: (the exactness block,) the figures, capacity, thresholds
+    and the verdict. `loadgate run` prints it without the exactness block (it printed the check as
+    it ran); `loadgate report` prints it whole."""
+    v = j.verdict
+    if j.summary is None and j.comparisons is None:  # stopped before measuring: the verdict alone
+        head = _exactness_block(run_dir) if exactness and fmt in ("table", "markdown") else ""
+        if fmt == "json":
+            return orjson.dumps(clean({"outcome": v.to_json()}), option=orjson.OPT_INDENT_2).decode()
+        if fmt == "csv":
+            return _csv_verdict_row(j)
+        return "\n\n".join(x for x in (head, outcome_line(j, fmt)) if x)
+    if j.comparisons is not None:
+        body = render_ab(j, fmt)
+        if fmt == "csv":
+            return body + _csv_verdict_row(j)
+        if fmt == "json":
+            return body
+        head = _ab_exactness(run_dir) if exactness and fmt == "table" else ""
+        return "\n\n".join(x for x in (head, body + _threshold_text(j, fmt) + "\n\n" + outcome_line(j, fmt)) if x)
+    summary = j.summary
+    assert summary is not None
+    if fmt == "json":
+        return orjson.dumps(clean({"outcome": v.to_json(), **summary}), option=orjson.OPT_INDENT_2).decode()
+    if fmt == "csv":
+        return summary_csv(summary) + _csv_verdict_row(j)
+    if fmt == "markdown":
+        return summary_markdown(summary) + _threshold_text(j, fmt) + "\n\n" + outcome_line(j, fmt)
+    parts = []
+    if exactness:
+        parts.append(_exactness_block(run_dir))
+    if summary.get("unverified"):
+        parts.append("UNVERIFIED: no exactness check ran for this configuration; these figures are not a result.")
+    text = render_summary(summary)
+    cap = capacity_table(summary, (load_json(run_dir / "meta.json").get("profile") or {}).get("slo") or {})
+    if cap:
+        text += "\n\n" + cap
+    parts.append(text + _threshold_text(j, fmt) + "\n\n" + outcome_line(j, fmt))
+    return "\n\n".join(p for p in parts if p)
+
+
+def _threshold_text(j: Judgement, fmt: str) -> str:
+    if not j.thresholds:
+        return ""
+    if fmt == "markdown":
+        return "\n\n" + "\n\n".join(f"thresholds ({t.where}):\n\n```text\n{render_thresholds(t.outcomes)}\n```"
+                                       for t in j.thresholds)
+    return "\n" + render_judged(j.thresholds)
+
+
+def _csv_verdict_row(j: Judgement) -> str:
+    """The verdict as a last CSV row: level `all`, metric `verdict`, n = exit code, p50 = outcome."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf).writerow(["all", "verdict", "", j.verdict.code, OUTCOME_WORDS[j.verdict.outcome],
+                              *[""] * 7])
+    return buf.getvalue()
 
 
 _DAMAGE = (KeyError, IndexError, TypeError, AttributeError, ValueError)
@@ -87,34 +177,51 @@ def read_ab(run_dir: Path) -> dict[str, Any]:
                          "was the run cut short?") from None
 
 
-def render_run(run_dir: Path, fmt: str, html: bool = False) -> str:
-    _require_run(run_dir)
-    if is_ab(run_dir):
-        note = ""
-        if html:
-            from loadgate.report.html import write_comparison_html
+def read_judgement(run_dir: Path) -> Judgement:
+    """`verdict.judge`, with a folder whose files lack keys or hold the wrong shapes as a one-line
+    error naming it."""
+    try:
+        return judge(run_dir)
+    except _DAMAGE as e:
+        what = "A/B folder" if is_ab(run_dir) else "run folder"
+        raise UsageError(f"{run_dir}: not a complete {what} ({type(e).__name__}: {e}); "
+                         "was the run cut short?") from None
 
-            runs = read_ab(run_dir)["runs"]
-            if not runs["A"] or not runs["B"]:
-                raise UsageError(f"{run_dir}: the A/B folder holds no finished run of "
-                                 f"{'the baseline (A)' if not runs['A'] else 'the candidate (B)'}")
-            page = write_comparison_html({f"baseline ({runs['A'][0].name})": runs["A"][0],
-                                          f"candidate ({runs['B'][0].name})": runs["B"][0]}, run_dir / "report.html")
-            note = f"\n\nreport (plots of the first run of each side): {page}"
-        return _with_note(render_ab(run_dir, fmt), note, fmt)
-    summary = read_summary(run_dir)
+
+def write_report_html(run_dir: Path, j: Judgement) -> Path:
+    """The self-contained HTML report (plots embedded) of a run or an A/B folder."""
+    if j.comparisons is not None:
+        from loadgate.report.html import write_comparison_html
+
+        runs = read_ab(run_dir)["runs"]
+        if not runs["A"] or not runs["B"]:
+            raise UsageError(f"{run_dir}: the A/B folder holds no finished run of "
+                             f"{'the baseline (A)' if not runs['A'] else 'the candidate (B)'}")
+        return write_comparison_html({f"baseline ({runs['A'][0].name})": runs["A"][0],
+                                      f"candidate ({runs['B'][0].name})": runs["B"][0]}, run_dir / "report.html")
+    from loadgate.report.html import write_html
+
+    return write_html(run_dir)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """What `loadgate report` shows: the text, a note about the HTML file (kept apart so that json
+    and csv stay parseable), and the judgement whose exit code the command returns."""
+
+    text: str
+    note: str
+    judgement: Judgement
+
+
+def render_run(run_dir: Path, fmt: str, html: bool = False) -> Rendered:
+    _require_run(run_dir)
+    j = read_judgement(run_dir)
     note = ""
     if html:
-        from loadgate.report.html import write_html
-
-        note = f"\n\nreport: {write_html(run_dir)}"
-    if fmt == "json":
-        return _with_note(orjson.dumps(clean(summary), option=orjson.OPT_INDENT_2).decode(), note, fmt)
-    if fmt == "markdown":
-        return _with_note(summary_markdown(summary), note, fmt)
-    if fmt == "csv":
-        return _with_note(summary_csv(summary), note, fmt)
-    return _with_note(render_summary(summary), note, fmt)
+        label = "report (plots of the first run of each side)" if j.comparisons is not None else "report"
+        note = f"{label}: {write_report_html(run_dir, j)}"
+    return Rendered(render_judgement(run_dir, j, fmt), note, j)
 
 
 def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureComparison]]:
@@ -138,22 +245,37 @@ def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureCompariso
     return out
 
 
+def _caveat(run: Path, j: Judgement) -> str | None:
+    """A line saying a compared run was INVALID or UNVERIFIED (its figures are no result)."""
+    v = j.verdict
+    if v.outcome == "invalid":
+        return f"note: {run.name} is INVALID: " + "; ".join(v.invalid)
+    if v.outcome == "unverified" or (j.summary or {}).get("unverified"):
+        return f"note: {run.name} is UNVERIFIED: no exactness check backs its figures"
+    return None
+
+
 def render_compare(runs: list[Path], fmt: str) -> str:
     for r in runs:
         _require_run(r)
     if len(runs) == 1:
         if not is_ab(runs[0]):
             raise UsageError(f"{runs[0]}: compare needs two run folders, or one A/B run folder")
-        return render_ab(runs[0], fmt)
+        j = read_judgement(runs[0])
+        caveat = _caveat(runs[0], j) if fmt in ("table", "markdown") else None
+        return render_ab(j, fmt) + (f"\n{caveat}" if caveat else "")
     if any(is_ab(r) for r in runs):
         raise UsageError("compare an A/B run folder on its own (it holds both sides)")
+    judged = {r: read_judgement(r) for r in runs}
     ref, others = runs[0], runs[1:]
     out: list[str] = []
     docs: list[dict[str, Any]] = []
     for other in others:
         for lv, comps in _single_comparisons(ref, other).items():
             if fmt == "json":
-                docs.append({"baseline": str(ref), "candidate": str(other), "level": lv, **ct.to_json(comps)})
+                docs.append({"baseline": str(ref), "candidate": str(other), "level": lv,
+                             "baseline_outcome": judged[ref].verdict.outcome,
+                             "candidate_outcome": judged[other].verdict.outcome, **comparisons_json(comps)})
                 continue
             title = (f"{other.name} vs {ref.name} at level {lv} (one run each: intervals from resampling requests, "
                      "indicative only; use an `ab` profile for run-level statistics)")
@@ -163,4 +285,5 @@ def render_compare(runs: list[Path], fmt: str) -> str:
                          f"compare runs measured at the same concurrency or rate")
     if fmt == "json":
         return orjson.dumps(clean({"comparisons": docs}), option=orjson.OPT_INDENT_2).decode()
-    return "\n\n".join(out)
+    caveats = [c for r in runs if (c := _caveat(r, judged[r]))] if fmt in ("table", "markdown") else []
+    return "\n\n".join(out) + "".join(f"\n{c}" for c in caveats)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from loadgate.engine.adapters.base import EngineAdapter
 from loadgate.engine.adapters.llamacpp import LlamaCppCompletion
 from loadgate.engine.adapters.openai import (
@@ -12,7 +14,11 @@ from loadgate.engine.adapters.openai import (
 )
 from loadgate.engine.adapters.sglang import SGLangGenerate
 
-ADAPTERS: dict[str, type] = {
+API = Literal["openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-completions",
+              "llamacpp-openai-chat"]
+"""The profile's `target.api` values: one per adapter below."""
+
+ADAPTERS: dict[API, type[EngineAdapter]] = {
     "openai-completions": OpenAICompletions,
     "openai-chat": OpenAIChat,
     "sglang": SGLangGenerate,
@@ -21,11 +27,13 @@ ADAPTERS: dict[str, type] = {
     "llamacpp-openai-chat": LlamaCppOpenAIChat,
 }
 CHAT_APIS = frozenset({"openai-chat", "llamacpp-openai-chat"})
+if set(ADAPTERS) != set(get_args(API)):  # pragma: no cover - a new adapter must be named in API
+    raise ImportError("loadgate.engine.adapters: API and ADAPTERS name different APIs")
 
 
 def adapter_for(api: str) -> EngineAdapter:
     """The adapter for a profile's `target.api` value."""
-    return ADAPTERS[api]()  # type: ignore[no-any-return]
+    return ADAPTERS[api]()  # type: ignore[index]
 
 
 def chat_api_for(api: str) -> str:

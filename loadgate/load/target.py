@@ -1,34 +1,25 @@
-"""Executors that send the plan: closed loop (fixed concurrency) and open loop (arrival schedule).
+"""The hot path of one request: where and how to send (`TargetSpec`, `Target`), the exchange itself
+(`fetch`: raw socket transport with kernel receive stamps, or aiohttp), and decoding what was kept
+once the request has ended (`decode`).
 
-The receive loop does the minimum: `perf_counter_ns()` right after each read returns, keep the
-raw bytes, nothing else. SSE framing and JSON decoding happen after the request has ended.
-Every finished request becomes one record (see `loadgate.records`), written immediately.
+The receive loop does the minimum: a stamp when each read returns, the raw bytes, nothing else.
+HTTP framing, SSE framing and JSON decoding happen after the request has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 
 import aiohttp
 import orjson
 
+from loadgate.engine.adapters import adapter_for
 from loadgate.engine.adapters.base import Decoded, EngineAdapter, ErrorInfo, GenRequest
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.sse import frame_sse
 from loadgate.load.transport import Pool, parse_response
-from loadgate.records import Record, RecordError, RecordWriter, SpecStats
-
-READ_BUFSIZE = 1 << 18
-
-
-def make_session(headers: dict[str, str] | None = None) -> aiohttp.ClientSession:
-    """A session with an unlimited connector and an explicit read buffer."""
-    conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False, enable_cleanup_closed=True)
-    return aiohttp.ClientSession(connector=conn, read_bufsize=READ_BUFSIZE, headers=headers,
-                                 timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
 
 
 @dataclass(frozen=True)
@@ -58,8 +49,6 @@ class Target:
     pool: Pool | None = field(init=False)
 
     def __post_init__(self) -> None:
-        from loadgate.engine.adapters import adapter_for
-
         self.adapter = adapter_for(self.spec.api)
         self.url = self.spec.base_url + self.adapter.path
         self.pool = Pool(self.url) if self.spec.transport == "socket" else None
@@ -194,26 +183,6 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw) -> Decoded:
     return d
 
 
-def to_record(req: PlannedRequest, raw: Raw, d: Decoded, *, t0_ns: int, level: float | int,
-              ready_ns: int, intended_ns: int | None, prompt_overhead: int | None = 0) -> Record:
-    planned_prompt = None if req.prompt_len is None or prompt_overhead is None else req.prompt_len + prompt_overhead
-    return Record(
-        i=req.i, warmup=req.warmup, level=level,
-        intended_ns=None if intended_ns is None else intended_ns - t0_ns,
-        ready_ns=ready_ns - t0_ns, start_ns=raw.start_ns - t0_ns,
-        headers_ns=None if raw.headers_ns is None else raw.headers_ns - t0_ns,
-        end_ns=raw.end_ns - t0_ns, status=raw.status,
-        error=None if d.error is None else RecordError(d.error.kind, d.error.detail[:300]),
-        prompt_tokens_planned=planned_prompt, output_tokens_planned=req.output_len,
-        prompt_tokens=d.prompt_tokens, completion_tokens=d.completion_tokens,
-        chunk_ns=[c.t_ns - raw.start_ns for c in d.chunks], chunk_tokens=[c.n_tokens for c in d.chunks],
-        token_source=d.token_source, finish_reason=d.finish_reason,
-        stamp=raw.stamp_source, read_lag_max_ns=raw.read_lag_max_ns, new_connection=raw.new_connection,
-        spec=None if d.spec is None else SpecStats(
-            d.spec.source, d.spec.verify_steps, d.spec.draft_tokens, d.spec.accepted,
-            d.spec.reported_acceptance_length))
-
-
 def body_for(t: Target, req: PlannedRequest) -> bytes:
     s = t.spec
     ids, text = req.prompt_ids, req.prompt_text
@@ -223,87 +192,3 @@ def body_for(t: Target, req: PlannedRequest) -> bytes:
     g = GenRequest(max_tokens=req.output_len, prompt_ids=ids, prompt_text=text, messages=req.messages,
                    stream=s.stream)
     return orjson.dumps(t.adapter.build_body(g, s.model))
-
-
-class Recorder:
-    """Turns finished exchanges into records on the receive loop, after each request ended.
-    Decoding here delays no stamp of plain-HTTP reads (they carry kernel receive timestamps); with
-    user-space stamps (TLS, `transport: aiohttp`) a long response's decode (4.4 ms for a 1,000-event
-    vLLM-style stream, median of 15 on the 2-core machine) can delay other streams' stamps, which the loop-lag sampler
-    reports in the client health figures."""
-
-    def __init__(self, t: Target, writer: RecordWriter, on_done: Callable[[], None] | None) -> None:
-        self.t, self.writer, self.on_done = t, writer, on_done
-        self.overhead = t.spec.prompt_overhead
-
-    def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
-               intended_ns: int | None) -> None:
-        d = decode(self.t.adapter, self.t.spec.stream, raw)
-        self.writer.write(to_record(req, raw, d, t0_ns=t0_ns, level=level, ready_ns=ready_ns,
-                                    intended_ns=intended_ns, prompt_overhead=self.overhead))
-        if self.on_done:
-            self.on_done()
-
-
-async def run_one(t: Target, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
-                  ready_ns: int, intended_ns: int | None) -> None:
-    raw = await fetch(t, body_for(t, req), f"{run_tag}-{req.i}")
-    rec.submit(req, raw, t0_ns=t0_ns, level=level, ready_ns=ready_ns, intended_ns=intended_ns)
-
-
-async def closed_loop(t: Target, reqs: Iterable[PlannedRequest], concurrency: int, recorder: Recorder,
-                      *, run_tag: str, t0_ns: int, stop_at_ns: int | None = None, level: int | None = None) -> None:
-    """`concurrency` workers; each takes the next request as soon as its previous one finished.
-    `ready_ns` is the moment the worker became free, so client-side queueing is visible. `level`
-    is the whole run's concurrency when this loop is one worker process's share of it."""
-    it: Iterator[PlannedRequest] = iter(reqs)
-
-    async def worker() -> None:
-        for req in it:
-            ready = perf_counter_ns()
-            if stop_at_ns is not None and ready >= stop_at_ns:
-                return
-            await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=level or concurrency, ready_ns=ready,
-                          intended_ns=None)
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-
-
-async def sleep_until(t_ns: int) -> None:
-    """Wait until perf_counter_ns() >= t_ns, never earlier: the loop's timers have about 1 ms of
-    granularity and may fire early, so the last millisecond is spent yielding to the loop."""
-    while (left := t_ns - perf_counter_ns()) > 1_500_000:
-        await asyncio.sleep((left - 1_000_000) / 1e9)
-    while perf_counter_ns() < t_ns:
-        await asyncio.sleep(0)
-
-
-async def open_loop(t: Target, reqs: Iterable[PlannedRequest], rate: float, recorder: Recorder, *,
-                    run_tag: str, t0_ns: int, start_ns: int, max_in_flight: int | None = None,
-                    stop_at_ns: int | None = None) -> None:
-    """Start each request at `start_ns + intended_offset_ns`; latency counts from that intended
-    time. With `max_in_flight`, a request that finds no free slot waits (its wait stays in its
-    latency)."""
-    sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def one(req: PlannedRequest, intended: int) -> None:
-        if sem is not None:
-            await sem.acquire()
-        try:
-            await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=rate, ready_ns=perf_counter_ns(),
-                          intended_ns=intended)
-        finally:
-            if sem is not None:
-                sem.release()
-
-    for req in reqs:
-        intended = start_ns + (req.intended_offset_ns or 0)
-        if stop_at_ns is not None and intended >= stop_at_ns:
-            break
-        await sleep_until(intended)
-        task = asyncio.create_task(one(req, intended))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.gather(*tasks)

@@ -1,0 +1,128 @@
+"""What each command does and prints. The only module (with `cli.py`, which declares the commands,
+and the simulator's own CLI) that writes to stdout or stderr: every other stage returns text,
+takes a `say` callback for text that must appear while it runs, or a progress factory.
+
+A command ends in its exit code: 0, or a `VerdictError` that carries the verdict's code and one
+line (the command line prints it as `loadgate: …` on stderr, like every LoadgateError).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import orjson
+
+from loadgate import runs
+from loadgate.config.profile import load_profile
+from loadgate.errors import LoadgateError, UsageError
+from loadgate.report.views import render_compare, render_judgement, render_run, write_report_html
+from loadgate.runs import RunResult, Tick
+from loadgate.verdict import Verdict
+
+
+class VerdictError(LoadgateError):
+    """A run (or a re-rendered run) whose verdict is not "passed": exit with its code."""
+
+    def __init__(self, v: Verdict) -> None:
+        super().__init__(v.message)
+        self.exit_code = v.code
+
+
+def say(text: str) -> None:
+    click.echo(text)
+
+
+def _raise_for(v: Verdict) -> None:
+    if v.code:
+        raise VerdictError(v)
+
+
+def progress_bar(show: bool) -> runs.ProgressFactory:
+    """A tqdm bar on stderr (none when `show` is false or stderr is no terminal)."""
+    @contextlib.contextmanager
+    def factory(total: int, label: str) -> Iterator[Tick]:
+        from tqdm import tqdm
+
+        with tqdm(total=total, desc=label, unit="req", file=sys.stderr, disable=None if show else True,
+                  leave=False) as bar:
+            yield bar.update
+    return factory
+
+
+def validate(profile: str) -> None:
+    p = load_profile(profile)
+    p.check_files()
+    if p.workload.trace is not None:
+        from loadgate.load.plan import trace_of
+
+        trace_of(p)
+    say(f"{profile}: valid profile {p.name!r}")
+    c = p.load.concurrency
+    slots = max(c) if isinstance(c, tuple) else c
+    if slots and p.load.warmup_requests < slots:
+        say(f"note: load.warmup_requests ({p.load.warmup_requests}) is below the concurrency ({slots}): "
+            f"up to {slots - p.load.warmup_requests} measured requests per level open a connection, "
+            "and their TTFT includes it")
+
+
+def schema() -> None:
+    from loadgate.config.profile import profile_json_schema
+
+    say(orjson.dumps(profile_json_schema(), option=orjson.OPT_INDENT_2).decode())
+
+
+def _html_line(result: RunResult) -> str:
+    try:
+        return f"report: {write_report_html(result.run_dir, result.judgement)}"
+    except UsageError as e:
+        return f"(no HTML report: {e.message})"
+
+
+def run(profile: str, *, quiet: bool, unverified: bool) -> None:
+    """`loadgate run`: the check's report as it runs, then the judged run, paths, and the verdict."""
+    result = runs.run(load_profile(profile), unverified=unverified, say=say, progress=progress_bar(not quiet))
+    j, d = result.judgement, result.run_dir
+    say(render_judgement(d, j, "table", exactness=False))
+    if j.comparisons is not None:
+        pairs = len(j.ab_info["runs"]["A"]) if j.ab_info else 0
+        say(f"\nrun folders: {d}/A1 … B{pairs}; comparison: {d / 'comparison.json'}; verdict: {d / 'verdict.json'}")
+    else:
+        say(f"\nrecords: {d / 'records.jsonl'}\nsummary: {d / 'summary.json'}\nverdict: {d / 'verdict.json'}")
+    say(_html_line(result))
+    _raise_for(j.verdict)
+
+
+def check(profile: str) -> None:
+    runs.check(load_profile(profile), say=say)
+
+
+def baseline(profile: str, out: str) -> None:
+    say(str(runs.capture_baseline(load_profile(profile), Path(out))))
+
+
+def fingerprint(profile: str, against: str | None) -> None:
+    say(runs.fingerprint(load_profile(profile), against))
+
+
+def replay(bundle: str, endpoint: str | None, times: int) -> None:
+    runs.replay(bundle, endpoint, times, say=say)
+
+
+def report(run_dir: str, fmt: str, html: bool) -> None:
+    """`loadgate report`: the run judged again from its files; exits with the verdict's code."""
+    r = render_run(Path(run_dir), fmt, html=html)
+    say(r.text)
+    if r.note:
+        if fmt in ("json", "csv"):  # machine-readable output stays parseable
+            click.echo(r.note, err=True)
+        else:
+            say("\n" + r.note)
+    _raise_for(r.judgement.verdict)
+
+
+def compare(run_dirs: tuple[str, ...], fmt: str) -> None:
+    say(render_compare([Path(r) for r in run_dirs], fmt))

@@ -1,0 +1,90 @@
+"""Connecting to the engine under test: its base URL (or the embedded simulator, launched here in
+a child process), one HTTP session, the model it serves; and the event loop every command runs on.
+
+This is the only module outside the command line that imports the simulator (`loadgate.sim`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+
+from loadgate.config.profile import Profile
+from loadgate.engine.http import get_json, make_session
+from loadgate.errors import EngineError, UsageError
+
+T = TypeVar("T")
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop when it is installed, else on asyncio's default loop."""
+    try:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
+
+
+@contextlib.asynccontextmanager
+async def engine_url(profile: Profile) -> AsyncIterator[str]:
+    """The engine's base URL. For `endpoint: embedded`, loadgate starts its simulator itself, in a
+    child process on loopback (`loadgate sim`): the engine's work then never runs on the client's
+    event loop, where it would show up as client lag and trip the health budgets."""
+    if profile.target.endpoint != "embedded":
+        yield profile.target.endpoint.rstrip("/")
+        return
+    from loadgate.sim.process import SimProcess
+
+    sim = SimProcess(profile.target.sim)
+    await asyncio.get_running_loop().run_in_executor(None, sim.start)
+    try:
+        yield sim.url
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, sim.stop)
+
+
+async def discover_model(session: aiohttp.ClientSession, base: str) -> str:
+    data = await get_json(session, f"{base}/v1/models")
+    try:
+        return str(data["data"][0]["id"])
+    except (KeyError, IndexError, TypeError):
+        raise EngineError(f"{base}/v1/models lists no model; set target.model in the profile") from None
+
+
+@dataclass
+class Engine:
+    """A reachable engine: its base URL, a session, the model name, and the profile it serves."""
+
+    base: str
+    session: aiohttp.ClientSession
+    model: str
+    profile: Profile
+
+    @property
+    def metrics_url(self) -> str:
+        return self.profile.metrics_url(self.base)
+
+
+@contextlib.asynccontextmanager
+async def open_engine(profile: Profile) -> AsyncIterator[Engine]:
+    async with engine_url(profile) as base, make_session(profile.target.headers) as session:
+        yield Engine(base, session, profile.target.model or await discover_model(session, base), profile)
+
+
+def reference_target(profile: Profile) -> Profile:
+    """The profile of the simulator's reference configuration (`exactness.baseline: sim-reference`)."""
+    if profile.target.endpoint != "embedded":
+        raise UsageError("exactness.baseline: 'sim-reference' needs target.endpoint: embedded; for a real engine "
+                         "write a baseline with `loadgate baseline PROFILE` and name its file")
+    from loadgate.sim.reference import reference_config
+
+    target = dataclasses.replace(profile.target, sim=reference_config(profile.target.sim), declared={})
+    return dataclasses.replace(profile, target=target)

@@ -1,0 +1,145 @@
+"""The exactness check against a live engine: resolve the baseline (a file, or the simulator's
+reference output), fingerprint the engine, replay the corpus in every scenario, judge each sequence
+under the contract, write exactness.json, the reproducer bundles and, when it passed, the
+attestation document (`loadgate.gate.attestation`). Also `capture`, which writes a baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgate.config.profile import Exactness, Profile
+from loadgate.engine.adapters.base import Sampling
+from loadgate.engine.connect import Engine, open_engine, reference_target
+from loadgate.engine.servermetrics import scrape
+from loadgate.errors import UsageError
+from loadgate.exactness import baseline as bl
+from loadgate.exactness.bundle import write_bundles
+from loadgate.exactness.check import CheckResult, run_check, speculation_declared
+from loadgate.exactness.corpus import Corpus, default_corpus_path, load_corpus
+from loadgate.exactness.replay import CaseSender
+from loadgate.exactness.report import report_text, result_json
+from loadgate.gate.attestation import attestation_doc
+from loadgate.gate.fingerprint import build, fingerprint_hash, introspect
+from loadgate.jsonutil import dump_json
+from loadgate.load.target import TargetSpec
+
+
+def exactness_of(profile: Profile) -> Exactness:
+    return profile.exactness or Exactness()
+
+
+def request_part(ex: Exactness) -> dict[str, Any]:
+    """The request side of the fingerprint: every sampling parameter sent while checking, and the
+    concurrency the check used."""
+    return {"sampling": dataclasses.asdict(Sampling(seed=ex.seed)), "logprobs": ex.logprobs,
+            "check_scenarios": dataclasses.asdict(ex.scenarios)}
+
+
+async def fingerprint_of(e: Engine) -> tuple[dict[str, Any], str]:
+    intro = await introspect(e.session, e.base, e.metrics_url)
+    doc = build(intro, e.profile.target.declared, request_part(exactness_of(e.profile)))
+    return doc, fingerprint_hash(doc)
+
+
+def corpus_of(profile: Profile) -> Corpus:
+    ex = exactness_of(profile)
+    if ex.corpus is None:
+        return load_corpus(default_corpus_path())
+    return load_corpus(profile.resolve(ex.corpus))
+
+
+def sender_for(e: Engine, ex: Exactness) -> CaseSender:
+    spec = TargetSpec(e.base, e.profile.target.api, e.model, ex.timeout_s, headers=dict(e.profile.target.headers))
+    return CaseSender(spec, e.session, logprobs=ex.logprobs, seed=ex.seed)
+
+
+async def capture(e: Engine, corpus: Corpus, name: str) -> bl.Baseline:
+    """Replay the corpus solo on `e` (long cases included) and build a baseline from it."""
+    ex = exactness_of(e.profile)
+    doc, h = await fingerprint_of(e)
+    sender = sender_for(e, ex)
+    try:
+        observed = await sender.send_all(list(corpus.cases), 1, f"baseline-{name}")
+    finally:
+        sender.close()
+    return bl.build(observed, name=name, fingerprint=doc, fingerprint_hash=h, corpus_sha256=corpus.sha256,
+                    corpus_path=str(corpus.path))
+
+
+async def resolve_baseline(profile: Profile, corpus: Corpus) -> bl.Baseline:
+    ex = exactness_of(profile)
+    if ex.baseline == "sim-reference":
+        ref = reference_target(profile)
+        async with open_engine(ref) as e:
+            b = await capture(e, corpus, "sim-reference")
+        bl.save(b, Path(profile.output.dir) / "baselines")
+        return b
+    b = bl.load(profile.resolve(ex.baseline))
+    if b.corpus_sha256 != corpus.sha256:
+        raise UsageError(f"{b.path}: captured with another corpus (sha256 {b.corpus_sha256[:12]}…) than the "
+                         f"profile's ({corpus.path}, {corpus.sha256[:12]}…): capture the baseline again")
+    return b
+
+
+@dataclass
+class CheckOutcome:
+    result: CheckResult
+    report: dict[str, Any]
+    fingerprint: dict[str, Any]
+    fingerprint_hash: str
+    attestation: dict[str, Any] | None
+
+
+async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
+    """Fingerprint, baseline, check, bundles, attestation; writes exactness.json into run_dir."""
+    profile = e.profile
+    ex = exactness_of(profile)
+    corpus = corpus_of(profile)
+    b = await resolve_baseline(profile, corpus)
+    fp, fp_hash = await fingerprint_of(e)
+    spec_on, source = speculation_declared(fp)
+    required = spec_on if ex.speculation == "auto" else ex.speculation == "on"
+    contract = ex.contract
+    max_len = context_length(fp)
+    sender = sender_for(e, ex)
+    try:
+        result = await run_check(sender, corpus, b, contract, ex.scenarios, tag=f"{run_dir.name}-check",
+                                 max_len=max_len, speculation_required=required, speculation_source=source,
+                                 scrape=lambda: scrape(e.session, e.metrics_url))
+    finally:
+        sender.close()
+    report = result_json(result)
+    report.update({"fingerprint_hash": fp_hash, "baseline": {"file": str(b.path or ""), "sha256": b.sha256,
+                                                             "fingerprint_hash": b.fingerprint_hash},
+                   "corpus": {"path": str(corpus.path), "sha256": corpus.sha256, "cases": len(corpus.cases)}})
+    report["bundles"] = [str(p) for p in write_bundles(result, b, run_dir / "divergences", fingerprint=fp,
+                                                       fingerprint_hash=fp_hash)]
+    att = attestation_doc(fp, fp_hash, corpus, b, result) if result.passed else None
+    dump_json(run_dir / "exactness.json", report)
+    dump_json(run_dir / "fingerprint.json", {"fingerprint_hash": fp_hash, "fingerprint": fp})
+    if att is not None:
+        dump_json(run_dir / "attestation.json", att)
+    return CheckOutcome(result, report, fp, fp_hash, att)
+
+
+def context_length(fp: dict[str, Any]) -> int | None:
+    """The longest context one request may use: vLLM's `max_model_len`, SGLang's `context_length`,
+    llama-server's per-slot `n_ctx`; None when the engine does not say."""
+    eng = fp.get("engine") or {}
+    for m in eng.get("models") or []:
+        if m.get("max_model_len"):
+            return int(m["max_model_len"])
+    info = eng.get("server_info") or {}
+    if isinstance(info.get("context_length"), int):
+        return int(info["context_length"])
+    n_ctx = ((eng.get("props") or {}).get("default_generation_settings") or {}).get("n_ctx")
+    return int(n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else None
+
+
+def check_text(o: CheckOutcome) -> str:
+    """The check's report as `loadgate run` and `loadgate check` print it."""
+    return report_text(o.report)

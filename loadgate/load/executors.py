@@ -1,0 +1,93 @@
+"""Executors that send the plan: `ClosedLoop` (fixed concurrency) and `OpenLoop` (arrival schedule).
+
+Every finished request becomes one record (see `loadgate.load.recorder`), written immediately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from time import perf_counter_ns
+
+from loadgate.load.plan import PlannedRequest
+from loadgate.load.recorder import Recorder
+from loadgate.load.target import Target, body_for, fetch
+
+
+async def run_one(t: Target, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
+                  ready_ns: int, intended_ns: int | None) -> None:
+    raw = await fetch(t, body_for(t, req), f"{run_tag}-{req.i}")
+    rec.submit(req, raw, t0_ns=t0_ns, level=level, ready_ns=ready_ns, intended_ns=intended_ns)
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """`concurrency` slots; each takes the next request as soon as its previous one finished.
+    `ready_ns` is the moment the slot became free, so client-side queueing is visible. `level` is
+    the whole run's concurrency when this loop is one worker process's share of it."""
+
+    concurrency: int
+    level: int | None = None
+    stop_at_ns: int | None = None
+
+    async def run(self, t: Target, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
+                  t0_ns: int) -> None:
+        it: Iterator[PlannedRequest] = iter(reqs)
+        level = self.level or self.concurrency
+
+        async def slot() -> None:
+            for req in it:
+                ready = perf_counter_ns()
+                if self.stop_at_ns is not None and ready >= self.stop_at_ns:
+                    return
+                await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=level, ready_ns=ready, intended_ns=None)
+
+        await asyncio.gather(*(slot() for _ in range(self.concurrency)))
+
+
+async def sleep_until(t_ns: int) -> None:
+    """Wait until perf_counter_ns() >= t_ns, never earlier: the loop's timers have about 1 ms of
+    granularity and may fire early, so the last millisecond is spent yielding to the loop."""
+    while (left := t_ns - perf_counter_ns()) > 1_500_000:
+        await asyncio.sleep((left - 1_000_000) / 1e9)
+    while perf_counter_ns() < t_ns:
+        await asyncio.sleep(0)
+
+
+@dataclass(frozen=True)
+class OpenLoop:
+    """Start each request at `start_ns + intended_offset_ns`; latency counts from that intended
+    time. With `max_in_flight`, a request that finds no free slot waits (its wait stays in its
+    latency)."""
+
+    rate: float
+    start_ns: int
+    max_in_flight: int | None = None
+    stop_at_ns: int | None = None
+
+    async def run(self, t: Target, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
+                  t0_ns: int) -> None:
+        sem = asyncio.Semaphore(self.max_in_flight) if self.max_in_flight else None
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(req: PlannedRequest, intended: int) -> None:
+            if sem is not None:
+                await sem.acquire()
+            try:
+                await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=self.rate, ready_ns=perf_counter_ns(),
+                              intended_ns=intended)
+            finally:
+                if sem is not None:
+                    sem.release()
+
+        for req in reqs:
+            intended = self.start_ns + (req.intended_offset_ns or 0)
+            if self.stop_at_ns is not None and intended >= self.stop_at_ns:
+                break
+            await sleep_until(intended)
+            task = asyncio.create_task(one(req, intended))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)

@@ -1,0 +1,390 @@
+"""The run path: `loadgate run` (single runs, sweeps, A/B), `check`, `baseline`, `fingerprint`, `replay`.
+
+One path for every run: open the engine, resolve the prompt tokens, pass the gate
+(`loadgate.gate.policy.attested`, or `unverified`), measure with the token the gate gave
+(`measure` admits it first), then judge the run folder (`loadgate.verdict.finish`). Nothing here
+prints: text for the user goes to `say`, progress to the `progress` factory, both given by the
+command layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import platform
+import random
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from time import perf_counter_ns, time_ns
+from typing import Any
+
+import orjson
+
+from loadgate.analysis.ab import SIDES
+from loadgate.config.profile import Profile
+from loadgate.engine.adapters import CHAT_APIS
+from loadgate.engine.connect import Engine, open_engine, run_async
+from loadgate.engine.servermetrics import GaugeSampler, scrape
+from loadgate.errors import EngineError, ExactnessFailed, ExactnessNotEstablished, UsageError
+from loadgate.gate import policy
+from loadgate.gate.attestation import Attestation, Token, Unverified
+from loadgate.gate.check import CheckOutcome, capture, check_engine, check_text, corpus_of, fingerprint_of
+from loadgate.gate.fingerprint import diff, fingerprint_hash
+from loadgate.jsonutil import dump_json
+from loadgate.load.plan import Plan, build_plan, trace_of
+from loadgate.load.target import Target, TargetSpec
+from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
+from loadgate.load.workload.pool import TokenPool, token_pool
+from loadgate.records import RecordWriter
+from loadgate.verdict import Judgement, finish, write_stop
+from loadgate.version import __version__
+
+Say = Callable[[str], None]
+Tick = Callable[[int], None]
+ProgressFactory = Callable[[int, str], AbstractContextManager[Tick]]
+"""(total requests, label) -> a context manager yielding `tick(n)`; the command layer draws it."""
+
+
+@contextlib.contextmanager
+def no_progress(total: int, label: str) -> Iterator[Tick]:
+    yield lambda n: None
+
+
+def _quiet(text: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished `loadgate run`: its folder and the judgement of it (verdict, summary, tables)."""
+
+    run_dir: Path
+    judgement: Judgement
+
+    @property
+    def exit_code(self) -> int:
+        return self.judgement.verdict.code
+
+
+# --- run folders ------------------------------------------------------------------------------
+
+def new_run_dir(profile: Profile) -> Path:
+    root = Path(profile.output.dir)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = profile.output.run_id or f"{profile.name}-{stamp}"
+    path, k = root / name, 1
+    while path.exists():
+        k += 1
+        path = root / f"{name}-{k}"
+    path.mkdir(parents=True)
+    return path
+
+
+@contextlib.contextmanager
+def run_folder(profile: Profile) -> Iterator[Path]:
+    """A new run folder that is removed again when the run fails before anything was written to
+    it (an engine that cannot be reached, a missing token source): no empty folders behind. When
+    the gate stops a run that did write (a failed check, a changed fingerprint), stop.json says
+    why, for the verdict."""
+    root = Path(profile.output.dir)
+    made = [p for p in (root, *root.parents) if not p.exists()]  # folders this run creates
+    path = new_run_dir(profile)
+    try:
+        yield path
+    except BaseException as e:
+        if any(path.iterdir()):
+            if isinstance(e, ExactnessFailed | ExactnessNotEstablished):
+                write_stop(path, e.exit_code, e.message,
+                           "exactness" if isinstance(e, ExactnessFailed) else "not established")
+        else:
+            for p in (path, *made):
+                try:
+                    p.rmdir()  # only succeeds when empty
+                except OSError:
+                    break
+        raise
+
+
+def levels(profile: Profile) -> list[int | float]:
+    load = profile.load
+    if load.rate is not None:
+        return [load.rate]
+    c = load.concurrency
+    return list(c) if isinstance(c, tuple) else [c or 1]
+
+
+# --- the performance phase ----------------------------------------------------------------------
+
+Tokens = tuple[TokenPool, int | None]
+
+
+async def prepare_tokens(profile: Profile, e: Engine) -> Tokens:
+    """The token pool and the chat template's token count, from `workload.tokenizer`; done before
+    the exactness check so that a missing source fails in a second, not after the check."""
+    return await token_pool(profile.workload.tokenizer, profile.resolve, e.session, e.base, e.model,
+                            profile.target.api, profile.target.api in CHAT_APIS)
+
+
+async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
+                 runner: Target | WorkerGroup) -> list[dict[str, Any]]:
+    if isinstance(runner, WorkerGroup):
+        return await runner.run(phase, writer, on_progress=tick)
+    return await run_phase_here(runner, plan, phase, writer, on_done=lambda: tick(1))
+
+
+async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
+                  progress: ProgressFactory = no_progress, extra_meta: dict[str, Any] | None = None) -> None:
+    """The performance phase: warmup, then each load level with counters scraped at the measured
+    window's boundaries; writes meta.json, records.jsonl, server.json and health.json. It starts
+    only with a token the gate issued for the live configuration (`policy.admit`)."""
+    await policy.admit(token, e)
+    profile = e.profile
+    chat = profile.target.api in CHAT_APIS
+    tp, overhead = tokens
+    need_text = chat or not tp.exact
+    pool = list(tp.ids)
+    plan = build_plan(profile, pool)
+    spec = TargetSpec(e.base, profile.target.api, e.model, profile.target.timeout_s, stream=profile.load.stream,
+                      headers=dict(profile.target.headers), pool_text=tp.text if need_text else None,
+                      prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport)
+    metrics_url = profile.metrics_url(e.base)
+    t0 = perf_counter_ns()
+    dump_json(run_dir / "meta.json", {
+        "loadgate": __version__, "run_id": run_dir.name, "profile": dataclasses.asdict(profile),
+        "engine_url": e.base, "api": profile.target.api, "model": e.model, "t0_ns": t0,
+        "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
+        "levels": levels(profile), "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
+        "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
+        "attestation": token.meta(), **(extra_meta or {})})
+    server: dict[str, Any] = {}
+    health: dict[str, Any] = {}
+    load = profile.load
+    with RecordWriter(run_dir / "records.jsonl") as writer, \
+            progress(len(plan) * len(levels(profile)), profile.name) as tick:
+        for level in levels(profile):
+            tag = f"{run_dir.name}-L{level}"
+            # warmup and measurement share the connections (the warmup opens them), in this process
+            # or in worker processes kept for the level
+            runner = Target(spec, e.session) if load.workers == 1 else \
+                WorkerGroup(spec, profile, pool, load.workers, run_dir)
+            try:
+                if plan.n_warmup:
+                    await _phase(plan, Phase(plan.warmup_requests(), level, load.rate is not None, tag + "w", t0,
+                                             load.max_in_flight, warmup=True), writer, tick, runner)
+                before = await scrape(e.session, metrics_url)
+                sampler = GaugeSampler(e.session, metrics_url)
+                if before is not None:
+                    sampler.start()
+                try:
+                    health[str(level)] = await _phase(
+                        plan, Phase(plan.measured_requests(), level, load.rate is not None, tag, t0,
+                                    load.max_in_flight, load.duration_s), writer, tick, runner)
+                finally:
+                    gauges = await sampler.stop()
+                after = await scrape(e.session, metrics_url)
+                server[str(level)] = {
+                    "before": None if before is None else snapshot_json(before),
+                    "after": None if after is None else snapshot_json(after), "gauges": gauges}
+            finally:
+                if isinstance(runner, WorkerGroup):
+                    runner.close()
+                elif runner.pool is not None:
+                    runner.pool.close()
+    dump_json(run_dir / "server.json", server)
+    dump_json(run_dir / "health.json", health)
+
+
+def snapshot_json(s: Any) -> list[list[Any]]:
+    from loadgate.analysis.summary import snapshot_to_json
+
+    return snapshot_to_json(s)
+
+
+@contextlib.asynccontextmanager
+async def gated(e: Engine, run_dir: Path, unverified: bool, say: Say) -> AsyncIterator[Token]:
+    """The gate for one engine: its attestation (check first), or the explicit unverified token."""
+    if unverified:
+        async with policy.unverified(e) as u:
+            yield u
+    else:
+        async with policy.attested(e, run_dir, say) as a:
+            yield a
+
+
+# --- loadgate run -------------------------------------------------------------------------------
+
+def _preflight(profile: Profile, unverified: bool) -> None:
+    if profile.exactness is None and not unverified:
+        raise ExactnessNotEstablished(
+            f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
+            "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
+    profile.check_files(("workload",) if unverified else ("workload", "exactness"))
+    if profile.workload.trace is not None:
+        trace_of(profile)  # every line, before the exactness check
+
+
+def run(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
+        progress: ProgressFactory = no_progress) -> RunResult:
+    """`loadgate run`: fingerprint -> exactness check -> attestation -> performance -> fingerprint
+    again (for both engines, in interleaved runs, with an `ab` section) -> verdict."""
+    _preflight(profile, unverified)
+    if profile.ab is not None:
+        return run_ab(profile, unverified=unverified, say=say, progress=progress)
+
+    async def go(run_dir: Path) -> None:
+        async with open_engine(profile) as e:
+            tokens = await prepare_tokens(profile, e)
+            async with gated(e, run_dir, unverified, say) as token:
+                if isinstance(token, Attestation):
+                    say("")
+                await measure(token, e, run_dir, tokens, progress=progress)
+
+    with run_folder(profile) as run_dir:
+        run_async(go(run_dir))
+        return RunResult(run_dir, finish(run_dir))
+
+
+def side_profile(profile: Profile, side: str) -> Profile:
+    assert profile.ab is not None
+    target = profile.ab.baseline if side == "A" else profile.target
+    return dataclasses.replace(profile, target=target)
+
+
+def run_order(pairs: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    order: list[str] = []
+    for i in range(1, pairs + 1):
+        pair = [f"A{i}", f"B{i}"]
+        rng.shuffle(pair)
+        order += pair
+    return order
+
+
+def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
+           progress: ProgressFactory = no_progress) -> RunResult:
+    """Check both engines, then make the interleaved runs (A: baseline, B: candidate); ab.json
+    and one ordinary run folder per run, then the verdict of the comparison."""
+    assert profile.ab is not None
+    sides = {s: side_profile(profile, s) for s in SIDES}
+    order = run_order(profile.ab.pairs, profile.ab.order_seed)
+
+    async def go(run_dir: Path) -> None:
+        dump_json(run_dir / "ab.json", {"pairs": profile.ab.pairs if profile.ab else 0, "order": order,
+                                        "sides": SIDES, "unverified": unverified,
+                                        "ab": dataclasses.asdict(profile.ab) if profile.ab else {}})
+        async with open_engine(sides["A"]) as ea, open_engine(sides["B"]) as eb, \
+                contextlib.AsyncExitStack() as stack:
+            engines = {"A": ea, "B": eb}
+            tokens = {s: await prepare_tokens(sides[s], e) for s, e in engines.items()}
+            gate_tokens: dict[str, Token] = {}
+            for s, e in engines.items():
+                d = run_dir / f"check-{SIDES[s]}"
+                if not unverified:
+                    d.mkdir()
+                    say(f"\n== {SIDES[s]} ({e.base})")
+                gate_tokens[s] = await stack.enter_async_context(gated(e, d, unverified, say))
+            say(f"\nruns, in this order: {' '.join(order)} (A = baseline, B = candidate)")
+            for name in order:
+                s = name[0]
+                d = run_dir / name
+                d.mkdir()
+                await measure(gate_tokens[s], engines[s], d, tokens[s], progress=progress,
+                              extra_meta={"ab_side": SIDES[s]})
+
+    with run_folder(profile) as run_dir:
+        run_async(go(run_dir))
+        return RunResult(run_dir, finish(run_dir))
+
+
+# --- the other commands -------------------------------------------------------------------------
+
+def check(profile: Profile, say: Say = _quiet) -> CheckOutcome:
+    """`loadgate check`: the exactness check alone (report to `say`); raises ExactnessFailed (exit
+    10) when it fails."""
+    profile.check_files(("exactness",))
+
+    async def go(run_dir: Path) -> CheckOutcome:
+        async with open_engine(profile) as e:
+            return await check_engine(e, run_dir)
+
+    with run_folder(profile) as run_dir:
+        outcome = run_async(go(run_dir))
+        say(check_text(outcome))
+        policy.raise_if_failed(outcome)
+    return outcome
+
+
+def capture_baseline(profile: Profile, out: Path) -> Path:
+    """`loadgate baseline`: capture the profile's target as a baseline file; returns its path."""
+    from loadgate.exactness import baseline as bl
+
+    corpus = corpus_of(profile)
+
+    async def go() -> bl.Baseline:
+        async with open_engine(profile) as e:
+            return await capture(e, corpus, profile.name)
+
+    return bl.save(run_async(go()), out)
+
+
+def _saved_fingerprint(path: Path) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as err:
+        raise UsageError(f"{path}: cannot read a fingerprint: {err}") from None
+    if isinstance(doc, dict) and isinstance(doc.get("fingerprint"), dict):
+        return doc["fingerprint"]  # type: ignore[no-any-return]
+    if isinstance(doc, dict) and {"engine", "declared", "request"} <= doc.keys():
+        return doc
+    raise UsageError(f"{path}: holds no fingerprint (fingerprint.json, attestation.json or a baseline file)")
+
+
+def fingerprint(profile: Profile, against: str | None) -> str:
+    """`loadgate fingerprint`: the canonical document and hash, or its diff against a saved one."""
+    async def go() -> tuple[dict[str, Any], str]:
+        async with open_engine(profile) as e:
+            return await fingerprint_of(e)
+
+    fp, h = run_async(go())
+    if against is None:
+        return orjson.dumps({"fingerprint_hash": h, "fingerprint": fp}, option=orjson.OPT_INDENT_2 |
+                            orjson.OPT_SORT_KEYS).decode()
+    old = _saved_fingerprint(Path(against))
+    changes = diff(old, fp)
+    if not changes:
+        return f"identical fingerprints ({h})"
+    lines = [f"{len(changes)} field(s) differ ({against} -> {fingerprint_hash(old)[:16]} vs now {h[:16]}):"]
+    lines += [f"  {k}: {a!r} -> {b!r}" for k, a, b in changes]
+    return "\n".join(lines)
+
+
+def replay(bundle: str, endpoint: str | None, times: int, say: Say = _quiet) -> None:
+    """`loadgate replay`: re-send a bundle's request; raises ExactnessFailed if any answer differs."""
+    from loadgate.exactness.bundle import load_bundle
+    from loadgate.exactness.bundle import replay as send_again
+
+    doc = load_bundle(Path(bundle))
+    results = run_async(send_again(doc, endpoint, times))
+    say(f"replaying {doc['case']} ({doc['scenario']['name']}, {doc['scenario']['in_flight_when_sent']} in flight "
+        f"when it diverged at token {doc['comparison']['first_divergence'] if doc.get('comparison') else 'n/a'}) "
+        f"alone, {times} time(s):")
+    bad = 0
+    for r in results:
+        if "error" in r:
+            bad += 1
+            say(f"  run {r['run']}: request failed: {r['error']}")
+            continue
+        bad += not r["token_exact"]
+        where = ("same tokens as the baseline" if r["first_divergence"] is None else
+                 f"diverges at token {r['first_divergence']} ({r['baseline_token']} -> {r['candidate_token']}, "
+                 f"baseline top-2 gap {r['baseline_top2_gap']})")
+        say(f"  run {r['run']}: {r['verdict']}: {where}")
+    if results and all("error" in r for r in results):
+        raise EngineError(f"every replay request failed ({results[0]['error']}): nothing was compared")
+    if bad:
+        raise ExactnessFailed(f"{bad} of {times} replays differ from the baseline's tokens")
+

@@ -1,0 +1,184 @@
+"""The verdict: a run folder -> what it proved and the exit code, from the folder's files alone.
+
+`judge(run_dir)` reads what the run wrote (meta.json, records.jsonl, server.json, health.json,
+exactness.json, stop.json; for an A/B folder ab.json and each side's runs) and decides, the first
+that applies winning:
+
+  stop.json         the gate stopped the run (exactness failed: 10; fingerprint changed: 11; ...)
+  invalid     30    the client was the bottleneck, token counts were off the plan, or other
+                    traffic reached the server (`summary.levels.*.invalid`)
+  unverified  11    measured with `--unverified`: no exactness check backs the figures
+  thresholds  20    a threshold of the profile failed
+  regressed   21    A/B: the candidate regressed against the baseline
+  inconclusive 22   A/B: the runs cannot rule out a change that matters (or a deciding figure
+                    could not be compared)
+  passed       0
+
+`finish(run_dir)` judges and writes summary.json (each run's), comparison.json (A/B) and
+verdict.json. `loadgate run` prints the verdict and exits with its code; `loadgate report RUN`
+judges the same files again and prints the same verdict with the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadgate.analysis import ab
+from loadgate.analysis.abstats import FigureComparison, comparisons_json
+from loadgate.analysis.summary import build_summary
+from loadgate.analysis.thresholds import LevelJudgement, judged_json
+from loadgate.analysis.thresholds import judge as judge_thresholds
+from loadgate.errors import EXIT_CODES
+from loadgate.jsonutil import dump_json, load_json
+
+VERDICT_VERSION = 1
+OUTCOME_WORDS = {"passed": "PASSED", "invalid": "INVALID", "unverified": "UNVERIFIED", "threshold": "FAILED",
+                 "regressed": "REGRESSED", "inconclusive": "INCONCLUSIVE", "exactness": "EXACTNESS FAILED",
+                 "not established": "NOT ESTABLISHED", "stopped": "STOPPED"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a run proved (verdict.json)."""
+
+    code: int  # the exit code
+    outcome: str  # a key of OUTCOME_WORDS: passed, invalid, unverified, threshold, regressed, ...
+    message: str  # one line; "" when everything passed
+    kind: str = "run"  # "run" or "ab"
+    exactness: str | None = None  # "passed" / "failed" / "not run"; per side for A/B ("baseline passed, …")
+    invalid: list[str] = field(default_factory=list)
+    thresholds: list[dict[str, Any]] = field(default_factory=list)
+    ab_decision: str | None = None
+    v: int = VERDICT_VERSION
+
+    @property
+    def words(self) -> str:
+        """The final line: e.g. 'FAILED (exit 20): 2 threshold(s) failed: …'."""
+        head = f"{OUTCOME_WORDS[self.outcome]} (exit {self.code}"
+        head += f": {EXIT_CODES[self.code]})" if self.code else ")"
+        return head + (f": {self.message}" if self.message else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Verdict:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class Judgement:
+    """The verdict with what it was judged on (the report renders these)."""
+
+    verdict: Verdict
+    summary: dict[str, Any] | None = None  # a single run's summary
+    thresholds: list[LevelJudgement] = field(default_factory=list)
+    comparisons: dict[str, dict[str, FigureComparison]] | None = None  # A/B: per level
+    ab_settings: dict[str, Any] | None = None
+    ab_info: dict[str, Any] | None = None
+    side_summaries: dict[str, list[dict[str, Any]]] | None = None
+
+
+def _stopped(run_dir: Path) -> Verdict | None:
+    p = run_dir / "stop.json"
+    if not p.exists():
+        return None
+    d = load_json(p)
+    return Verdict(int(d["code"]), str(d.get("outcome", "stopped")), str(d.get("message", "")))
+
+
+def write_stop(run_dir: Path, code: int, message: str, outcome: str) -> None:
+    """Record that the gate (or a failure) stopped the run, for `judge` to read."""
+    dump_json(run_dir / "stop.json", {"code": code, "outcome": outcome, "message": message})
+
+
+def _exactness_of(run_dir: Path) -> str | None:
+    p = run_dir / "exactness.json"
+    if not p.exists():
+        return None
+    return "passed" if load_json(p).get("passed") else "failed"
+
+
+def _decide(invalid: list[str], unverified: bool, judged: list[LevelJudgement], ab_decision: str | None
+            ) -> tuple[int, str, str]:
+    """(exit code, outcome, message) in the order of the module docstring."""
+    if invalid:
+        return 30, "invalid", "measurement invalid: " + "; ".join(invalid)
+    if unverified:
+        return 11, "unverified", "exactness not established: the run was --unverified"
+    failed = [(j, o) for j in judged for o in j.outcomes if not o.passed]
+    if failed:
+        return 20, "threshold", f"{len(failed)} threshold(s) failed: " + "; ".join(
+            f"{o.threshold.metric} {o.threshold.text}" for _, o in failed[:5])
+    if ab_decision == "regressed":
+        return 21, "regressed", "the candidate regressed against the baseline (see the comparison above)"
+    if ab_decision in ("inconclusive", "single run"):
+        return 22, "inconclusive", ("the comparison is inconclusive: the runs cannot rule out a change that matters; "
+                                    "add pairs (ab.pairs) or reduce noise")
+    if ab_decision == "n/a":
+        return 22, "inconclusive", ("nothing to decide on: a deciding figure (ab.decide_on) has no value on one side "
+                                    "(every request failed, or the engine does not report it)")
+    return 0, "passed", ""
+
+
+def judge(run_dir: Path | str) -> Judgement:
+    """The verdict of a run folder or an A/B folder, from its files alone."""
+    run_dir = Path(run_dir)
+    if (run_dir / "ab.json").exists():
+        return _judge_ab(run_dir)
+    stopped = _stopped(run_dir)
+    if stopped is not None:
+        return Judgement(stopped)
+    if not (run_dir / "records.jsonl").exists() and (checked := _exactness_of(run_dir)) is not None:
+        if checked == "passed":  # `loadgate check`: nothing measured
+            return Judgement(Verdict(0, "passed", "", exactness="passed"))
+        report = load_json(run_dir / "exactness.json")
+        return Judgement(Verdict(10, "exactness", "exactness failed: " + "; ".join(report.get("reasons") or []),
+                                 exactness="failed"))
+    summary = build_summary(run_dir)
+    meta = load_json(run_dir / "meta.json")
+    judged = judge_thresholds((meta.get("profile") or {}).get("thresholds") or {}, summary["levels"])
+    invalid = [p for s in summary["levels"].values() for p in s["invalid"]]
+    code, outcome, message = _decide(invalid, bool(summary.get("unverified")), judged, None)
+    v = Verdict(code, outcome, message, "run", "not run" if summary.get("unverified") else _exactness_of(run_dir),
+                invalid, judged_json(judged))
+    return Judgement(v, summary=summary, thresholds=judged)
+
+
+def _judge_ab(run_dir: Path) -> Judgement:
+    stopped = _stopped(run_dir)
+    if stopped is not None:
+        return Judgement(Verdict(stopped.code, stopped.outcome, stopped.message, "ab"))
+    info = ab.load_ab(run_dir)
+    comps, settings = ab.comparisons(run_dir)
+    decision = ab.verdict(comps, list(settings["decide_on"]))
+    summaries = {s: [build_summary(d) for d in info["runs"][s]] for s in ab.SIDES}
+    profile = load_json(info["runs"]["B"][0] / "meta.json")["profile"] if info["runs"]["B"] else {}
+    judged = judge_thresholds(profile.get("thresholds") or {}, ab.median_run(info["runs"]["B"]),
+                              ab.median_run(info["runs"]["A"]))
+    invalid = [p for side in summaries.values() for s in side for lv in s["levels"].values() for p in lv["invalid"]]
+    unverified = bool(info["ab"].get("unverified"))
+    code, outcome, message = _decide(invalid, unverified, judged, decision)
+    sides = ", ".join(f"{name} {_exactness_of(run_dir / f'check-{name}') or 'not run'}" for name in ab.SIDES.values())
+    v = Verdict(code, outcome, message, "ab", sides, invalid, judged_json(judged), decision)
+    return Judgement(v, thresholds=judged, comparisons=comps, ab_settings=settings, ab_info=info,
+                     side_summaries=summaries)
+
+
+def finish(run_dir: Path) -> Judgement:
+    """Judge the folder and write what the judgement rests on: summary.json, comparison.json (A/B)
+    and verdict.json."""
+    j = judge(run_dir)
+    if j.summary is not None:
+        dump_json(run_dir / "summary.json", {**j.summary, "thresholds": j.verdict.thresholds})
+    if j.comparisons is not None and j.ab_info is not None:
+        for side, dirs in j.ab_info["runs"].items():
+            for d, s in zip(dirs, (j.side_summaries or {})[side], strict=True):
+                dump_json(d / "summary.json", s)
+        dump_json(run_dir / "comparison.json", {
+            "levels": {lv: comparisons_json(c) for lv, c in j.comparisons.items()}, "verdict": j.verdict.ab_decision,
+            "thresholds": j.verdict.thresholds, "settings": j.ab_settings})
+    dump_json(run_dir / "verdict.json", j.verdict.to_json())
+    return j

@@ -1,0 +1,159 @@
+"""The house runs one way: the package's imports (read with `ast`, late imports in functions
+included) form no cycle and never reach from a lower stage up into a higher one; the simulator is
+imported only by the embedded launch and the command line; and only the command layer writes to
+stdout or stderr."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "loadgate"
+
+# Stages, lowest first. A module belongs to the longest prefix that names it; it may import only
+# modules of its own stage or lower ones. Stage 1 is the vocabulary every stage speaks: the
+# settings and record formats, the figure registry and threshold grammar, the contract, the API
+# adapters (pure encoding and decoding).
+STAGES: tuple[tuple[str, ...], ...] = (
+    ("loadgate.errors", "loadgate.jsonutil", "loadgate.version"),
+    ("loadgate.config.knob", "loadgate.config.typed_yaml", "loadgate.config.simconfig", "loadgate.records",
+     "loadgate.analysis.figures", "loadgate.analysis.metrics", "loadgate.analysis.thresholds",
+     "loadgate.exactness.compare", "loadgate.exactness.contract", "loadgate.engine.adapters"),
+    ("loadgate.config",),
+    ("loadgate.sim",),
+    ("loadgate.engine",),
+    ("loadgate.load",),
+    ("loadgate.analysis",),
+    ("loadgate.exactness",),
+    ("loadgate.gate",),
+    ("loadgate.verdict",),
+    ("loadgate.report",),
+    ("loadgate.runs",),
+    ("loadgate.commands", "loadgate.cli", "loadgate", "loadgate.__main__"),
+)
+COMMAND_LAYER = {"loadgate.cli", "loadgate.commands", "loadgate.sim.cli"}
+SIM_IMPORTERS = {"loadgate.engine.connect", "loadgate.cli"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        name = ".".join(p.relative_to(PKG.parent).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = p
+    return out
+
+
+MODULES = modules()
+
+
+def imports(name: str) -> Iterator[tuple[str, int]]:
+    """(imported loadgate module, line) for every import statement in the module, wherever it is."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" for a in node.names]  # a name that is no module: `mod` itself
+        for t in targets:
+            while t and t not in MODULES:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                yield t, node.lineno
+
+
+def stage(name: str) -> int:
+    best, depth = -1, -1
+    for k, prefixes in enumerate(STAGES):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and len(p) > depth:
+                best, depth = k, len(p)
+    assert best >= 0, f"{name} is in no stage: add it to STAGES"
+    return best
+
+
+def graph() -> dict[str, set[str]]:
+    return {m: {t for t, _ in imports(m) if t != "loadgate" or m == "loadgate"} for m in MODULES}
+
+
+def test_no_import_reaches_up_into_a_higher_stage():
+    upward = [f"{m}:{line} imports {t} (stage {stage(t)} > {stage(m)})"
+              for m in MODULES for t, line in imports(m) if stage(t) > stage(m)]
+    assert not upward, "\n".join(upward)
+
+
+def find_cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in sorted(g[m]):
+            if state.get(t) == 1:
+                cycles.append(path[path.index(t):] + [t])
+            elif t not in state:
+                visit(t, path + [t])
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m, [m])
+    return cycles
+
+
+def test_the_imports_form_no_cycle():
+    cycles = find_cycles(graph())
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles[:5])
+
+
+def test_only_the_embedded_launch_and_the_command_line_import_the_simulator():
+    bad = [f"{m}:{line} imports {t}" for m in MODULES if not m.startswith("loadgate.sim")
+           for t, line in imports(m) if t.startswith("loadgate.sim") and m not in SIM_IMPORTERS]
+    assert not bad, "\n".join(bad)
+
+
+def writes_to_the_terminal(name: str) -> list[str]:
+    """Calls of print / click.echo / click.secho / sys.stdout|stderr.write, any use of sys.stdout
+    or sys.stderr (handing them to a library that writes, such as tqdm), and click imports."""
+    path = MODULES[name]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        where = f"{name}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("print", "echo",
+                                                                                               "secho"):
+            found.append(f"{where} calls {node.func.id}()")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "sys" and node.attr in ("stdout", "stderr", "__stdout__", "__stderr__"):
+                found.append(f"{where} uses sys.{node.attr}")
+            elif node.value.id == "click" and node.attr in ("echo", "secho", "echo_via_pager"):
+                found.append(f"{where} calls click.{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module in ("click", "sys", "builtins") and any(
+                a.name in ("echo", "secho", "stdout", "stderr", "print") for a in node.names):
+            found.append(f"{where} imports a writer from {node.module}")
+        elif isinstance(node, ast.Import | ast.ImportFrom) and "click" in (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]):
+            found.append(f"{where} imports click")
+    return found
+
+
+def test_only_the_command_layer_writes_to_stdout_or_stderr():
+    bad = [w for m in MODULES if m not in COMMAND_LAYER for w in writes_to_the_terminal(m)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checks_find_what_they_look_for(tmp_path):
+    """The rules above are not vacuous: the command layer does write, the simulator is imported,
+    and a planted upward import would be caught."""
+    assert writes_to_the_terminal("loadgate.commands")
+    assert any(t.startswith("loadgate.sim") for t, _ in imports("loadgate.engine.connect"))
+    assert stage("loadgate.records") < stage("loadgate.load.plan") < stage("loadgate.gate.policy")
+    assert stage("loadgate.exactness.contract") < stage("loadgate.config.profile") < stage("loadgate.exactness.check")
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
