@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from loadgate.analysis.figures import BY_NAME
+from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import stats, summarize, throughput
 from loadgate.records import Record
 
@@ -26,22 +26,22 @@ def rec(start_ms, chunk_ms, tokens, *, end_ms=None, error=None, intended_ms=None
 
 def test_itl_spreads_a_multi_token_chunk_gap_over_its_tokens():
     r = rec(0, [100, 110, 150], [1, 1, 4])
-    assert BY_NAME["itl"].samples(r) == [10.0, 10.0, 10.0, 10.0, 10.0]
-    assert BY_NAME["inter_chunk"].samples(r) == [10.0, 40.0]
-    assert BY_NAME["tpot"].samples(r) == [50.0 / 5]
-    assert BY_NAME["ttft"].samples(r) == [100.0]
-    assert BY_NAME["tokens_per_chunk"].samples(r) == [1.0, 1.0, 4.0]
+    assert figure("itl").samples(r) == [10.0, 10.0, 10.0, 10.0, 10.0]
+    assert figure("inter_chunk").samples(r) == [10.0, 40.0]
+    assert figure("tpot").samples(r) == [50.0 / 5]
+    assert figure("ttft").samples(r) == [100.0]
+    assert figure("tokens_per_chunk").samples(r) == [1.0, 1.0, 4.0]
 
 
 def test_open_loop_latency_counts_from_the_intended_start():
     r = rec(50, [100], [1], intended_ms=20)
-    assert BY_NAME["ttft"].samples(r) == [130.0]
-    assert BY_NAME["client_queue"].samples(r) == [30.0]
-    assert BY_NAME["e2e"].samples(r) == [130.0]
+    assert figure("ttft").samples(r) == [130.0]
+    assert figure("client_queue").samples(r) == [30.0]
+    assert figure("e2e").samples(r) == [130.0]
 
 
 def test_closed_loop_client_queue_is_start_minus_ready():
-    assert BY_NAME["client_queue"].samples(rec(7, [1], [1], ready_ms=5)) == [2.0]
+    assert figure("client_queue").samples(rec(7, [1], [1], ready_ms=5)) == [2.0]
 
 
 def test_stats_match_numpy_and_empty_is_none():

@@ -17,7 +17,7 @@ pytest.importorskip("matplotlib")
 import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 
-from loadgate.analysis.figures import BY_NAME  # noqa: E402
+from loadgate.analysis.figures import figure  # noqa: E402
 from loadgate.analysis.summary import build_summary  # noqa: E402
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig  # noqa: E402
 from loadgate.errors import UsageError  # noqa: E402
@@ -121,7 +121,7 @@ def test_tokens_per_chunk_fractions_match_the_records(runs):
 def test_itl_positions_line_up_with_the_itl_metric(runs):
     rs = [r for r in recs(runs["spec"]) if r.error is None]
     pos, val = plots.itl_position_samples(rs)
-    assert val.tolist() == [s for r in rs for s in BY_NAME["itl"].samples(r)]
+    assert val.tolist() == [s for r in rs for s in figure("itl").samples(r)]
     assert pos.size == sum(sum(r.chunk_tokens) - r.chunk_tokens[0] for r in rs)
     r = rs[0]
     p1, v1 = plots.itl_position_samples([r])

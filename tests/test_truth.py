@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from loadgate.analysis.figures import BY_NAME
+from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import stats
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig
 from loadgate.sim.process import SimProcess
@@ -40,7 +40,7 @@ def test_ttft_and_itl_percentiles_match_what_the_simulator_sent(tmp_path, concur
     for r, t in zip(measured, sent, strict=True):
         assert r.chunk_tokens == t["chunk_tokens"]  # every chunk seen, with its exact token count
     for name in ("ttft", "itl"):
-        fn = BY_NAME[name].samples
+        fn = figure(name).samples
         ms = stats([x for r in measured for x in fn(r)])
         ts = stats([x for r in sent for x in fn(r)])
         for q in ("p50", "p99"):

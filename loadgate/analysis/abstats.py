@@ -35,18 +35,20 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as sps
 
-from loadgate.analysis.figures import AB_FIGURES, BY_NAME, Figure, ab_path, read_path
+from loadgate.analysis import figures as registry
+from loadgate.analysis.figures import Figure, ab_figures, ab_path, read_path
 from loadgate.jsonutil import clean
 from loadgate.records import Record
 
 Decision = Literal["improved", "regressed", "no change", "inconclusive", "single run", "n/a"]
 
-# The A/B figures (`ttft.p50`, `output_throughput`, …), derived from the figure registry.
-FIGURES: dict[str, Figure] = AB_FIGURES
+def figures() -> dict[str, Figure]:
+    """The A/B figures (`ttft.p50`, `output_throughput`, …), derived from the figure registry."""
+    return ab_figures()
 
 
 def unit_of(name: str) -> str:
-    return AB_FIGURES[name].unit
+    return ab_figures()[name].unit
 
 
 def figure(level_summary: Any, name: str) -> float | None:
@@ -91,7 +93,8 @@ def _bootstrap_ratio(a: np.ndarray, b: np.ndarray, n_boot: int, conf: float, rng
 def compare_figure(name: str, a: Sequence[float | None], b: Sequence[float | None], *, alpha: float = 0.05,
                    practical: float = 0.05, practical_ms: float = 0.0, confidence: float = 0.95,
                    n_boot: int = 4000, seed: int = 0) -> FigureComparison:
-    higher = FIGURES[name].better == "higher" if name in FIGURES else False
+    known = ab_figures()
+    higher = known[name].better == "higher" if name in known else False
     av = np.array([x for x in a if x is not None], dtype=np.float64)
     bv = np.array([x for x in b if x is not None], dtype=np.float64)
     if av.size == 0 or bv.size == 0 or av.mean() <= 0:  # e.g. acceptance length without speculation
@@ -108,7 +111,7 @@ def compare_figure(name: str, a: Sequence[float | None], b: Sequence[float | Non
     significant = p_mw < alpha and (ci[0] > 1 or ci[1] < 1)
     worse = ratio < 1 if higher else ratio > 1
     band = practical
-    if (unit_of(name) if name in FIGURES else "ms") == "ms" and practical_ms > 0:  # a latency change below practical_ms never matters
+    if (known[name].unit if name in known else "ms") == "ms" and practical_ms > 0:  # a latency change below practical_ms never matters
         band = max(practical, practical_ms / float(av.mean()))
     decision: Decision
     if significant and abs(ratio - 1) >= band:
@@ -128,7 +131,7 @@ def request_level(name: str, a_records: list[Record], b_records: list[Record], *
         return None
     metric, stat = name.split(".")
     q = float(stat[1:])
-    fn = BY_NAME[metric].samples
+    fn = registry.figure(metric).samples
     assert fn is not None
     sa = [np.array(fn(r)) for r in a_records if r.succeeded]
     sb = [np.array(fn(r)) for r in b_records if r.succeeded]
@@ -170,7 +173,7 @@ def overall(comparisons: dict[str, FigureComparison], decide_on: Sequence[str]) 
 def compare_summaries(a: list[dict[str, Any]], b: list[dict[str, Any]], **kw: Any) -> dict[str, FigureComparison]:
     """Every figure, from per-run level summaries of each side."""
     return {name: compare_figure(name, [figure(s, name) for s in a], [figure(s, name) for s in b], **kw)
-            for name in FIGURES}
+            for name in ab_figures()}
 
 
 def comparisons_json(comps: dict[str, FigureComparison], verdict: str | None = None) -> dict[str, Any]:

@@ -134,20 +134,32 @@ FIGURES: tuple[Figure, ...] = (
     Figure("errors", "ratio", "scalar", "lower", "failed requests: rate (fraction) or count", per="level",
            path=("failed",)),
 )
-BY_NAME: dict[str, Figure] = {f.name: f for f in FIGURES}
-DISTRIBUTIONS: tuple[Figure, ...] = tuple(f for f in FIGURES if f.kind == "distribution")
 ADJUSTED = "_error_adjusted"
+
+
+# Every list below is derived from FIGURES when asked (so a figure added to it is everywhere).
+
+def figure(name: str) -> Figure:
+    """The figure called `name` (KeyError for none)."""
+    for f in FIGURES:
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+def distributions() -> tuple[Figure, ...]:
+    return tuple(f for f in FIGURES if f.kind == "distribution")
 
 
 def metric_names() -> tuple[str, ...]:
     """Every distribution's name in the summary's `metrics`, each followed by its error-adjusted
     variant where it has one."""
-    return tuple(n for f in DISTRIBUTIONS for n in ((f.name, f.name + ADJUSTED) if f.error_adjusted else (f.name,)))
+    return tuple(n for f in distributions() for n in ((f.name, f.name + ADJUSTED) if f.error_adjusted else (f.name,)))
 
 
 def table_rows() -> tuple[str, ...]:
     """The metrics of the per-level tables, in order."""
-    return tuple(n for f in DISTRIBUTIONS if f.table
+    return tuple(n for f in distributions() if f.table
                  for n in ((f.name, f.name + ADJUSTED) if f.table_error_adjusted else (f.name,)))
 
 
@@ -160,12 +172,9 @@ def ab_figures() -> dict[str, Figure]:
     return out
 
 
-AB_FIGURES: dict[str, Figure] = ab_figures()
-
-
 def ab_path(name: str) -> tuple[str, ...]:
     """Where an A/B figure's value is in a level summary."""
-    f = AB_FIGURES[name]
+    f = ab_figures()[name]
     return f.path if f.kind == "scalar" else ("metrics", f.name, name.split(".", 1)[1])
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgate.analysis.figures import ADJUSTED, DISTRIBUTIONS
+from loadgate.analysis.figures import ADJUSTED, distributions
 from loadgate.records import Record
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -44,7 +44,7 @@ def summarize(records: list[Record]) -> dict[str, Any]:
     ok = [r for r in records if r.succeeded]
     failed = len(records) - len(ok)
     metrics: dict[str, Any] = {}
-    for m in DISTRIBUTIONS:
+    for m in distributions():
         assert m.samples is not None
         samples = [s for r in ok for s in m.samples(r)]
         metrics[m.name] = {"unit": m.unit, "per": m.per, **stats(samples)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from loadgate.analysis.figures import BY_NAME
+from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.specdec import contamination, from_counters, from_records, reconcile
 from loadgate.analysis.validity import schedule_lag, verdict
@@ -58,7 +58,7 @@ def goodput(records: list[Record], slo: dict[str, float | None], window_s: float
             continue
         okay = True
         for name, limit in active.items():
-            fn = BY_NAME[name.removesuffix("_ms")].samples
+            fn = figure(name.removesuffix("_ms")).samples
             assert fn is not None
             vals = fn(r)
             if vals and vals[0] > limit:

@@ -48,7 +48,7 @@ from typing import Any, NoReturn
 
 from tabulate import tabulate
 
-from loadgate.analysis.figures import ADJUSTED, FIGURES
+from loadgate.analysis import figures
 from loadgate.analysis.metrics import PERCENTILES
 from loadgate.errors import UsageError
 
@@ -85,18 +85,19 @@ def _specs() -> dict[str, _MetricSpec]:
     """Every threshold metric, from the figure registry: each distribution (and its error-adjusted
     variant), then each scalar at its summary path."""
     out: dict[str, _MetricSpec] = {}
-    for f in FIGURES:
+    for f in figures.FIGURES:
         if f.kind == "distribution":
             out[f.name] = _MetricSpec(True, _DIMENSION[f.unit])
             if f.error_adjusted:
-                out[f.name + ADJUSTED] = _MetricSpec(True, _DIMENSION[f.unit])
+                out[f.name + figures.ADJUSTED] = _MetricSpec(True, _DIMENSION[f.unit])
         else:
             out[f.name] = _MetricSpec(False, _DIMENSION[f.unit], () if f.name == "errors" else f.path)
     return out
 
 
-_SPECS: dict[str, _MetricSpec] = _specs()
-METRICS: tuple[str, ...] = tuple(_SPECS)
+def metrics() -> tuple[str, ...]:
+    """Every metric a threshold may name, from the figure registry."""
+    return tuple(_specs())
 
 _STAT_KEYS = {"avg": "mean", "mean": "mean", "med": "p50", "min": "min", "max": "max"}
 _AGGREGATION_WORDS = ("avg", "mean", "med", "min", "max", "rate", "count")
@@ -142,7 +143,7 @@ class Threshold:
 
     @property
     def dimension(self) -> str:
-        return "count" if self.aggregation == "count" else _SPECS[self.metric].dimension
+        return "count" if self.aggregation == "count" else _specs()[self.metric].dimension
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,7 @@ def _describe(tok: tuple[str, str] | None) -> str:
 def parse(metric: str, text: str) -> Threshold:
     """Parse one threshold of `metric`; raises ThresholdError with a one-line reason."""
     p = _Parser(metric, text)
-    spec = _SPECS.get(metric)
+    spec = _specs().get(metric)
     if spec is None:
         p.fail(_unknown_metric(metric))
     p.tokenize()
@@ -325,8 +326,9 @@ def _normalize(p: _Parser, metric: str, dim: str, number: Decimal, unit: str | N
 
 
 def _unknown_metric(metric: str) -> str:
-    close = difflib.get_close_matches(metric, METRICS, n=1)
-    hint = f"; did you mean {close[0]}?" if close else f" (known: {', '.join(METRICS)})"
+    known = metrics()
+    close = difflib.get_close_matches(metric, known, n=1)
+    hint = f"; did you mean {close[0]}?" if close else f" (known: {', '.join(known)})"
     return f"unknown metric {metric!r}{hint}"
 
 
@@ -334,7 +336,7 @@ def parse_all(mapping: Mapping[str, Sequence[str]]) -> list[Threshold]:
     """Parse a profile's `thresholds:` mapping, in order."""
     out: list[Threshold] = []
     for metric, texts in mapping.items():
-        if metric not in _SPECS:
+        if metric not in _specs():
             first = texts[0] if isinstance(texts, (list, tuple)) and texts else ""
             raise ThresholdError(f'threshold {metric} "{_one_line(str(first))}": {_unknown_metric(metric)}')
         if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -358,7 +360,7 @@ def _dig(d: Any, path: Sequence[str]) -> Any:
 
 def measure(t: Threshold, summary: Mapping[str, Any]) -> tuple[float | None, str | None]:
     """The figure `t` reads from one level summary, or (None, why it is n/a)."""
-    spec = _SPECS[t.metric]
+    spec = _specs()[t.metric]
     if spec.distribution:
         stats = _dig(summary, ("metrics", t.metric))
         if stats is None:

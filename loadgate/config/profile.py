@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from loadgate.analysis.figures import AB_FIGURES
+from loadgate.analysis.figures import ab_figures
 from loadgate.config.knob import knob
 from loadgate.config.simconfig import SimConfig
 from loadgate.engine.adapters import API
@@ -224,12 +224,13 @@ class AB:
     confidence: float = knob(0.95, "confidence of the bootstrap interval", exclusive_min=0.5, max=0.999)
     decide_on: tuple[str, ...] = knob(
         ("output_throughput", "ttft.p50", "itl.p50", "e2e.p50", "e2e.p99"),
-        "figures whose decisions make the verdict (" + ", ".join(AB_FIGURES) + ")")
+        "figures whose decisions make the verdict (" + ", ".join(ab_figures()) + ")")
 
     def check(self) -> list[tuple[str, str]]:
-        bad = [f for f in self.decide_on if f not in AB_FIGURES]
+        known = ab_figures()
+        bad = [f for f in self.decide_on if f not in known]
         if bad:
-            return [("decide_on", f"unknown figure {bad[0]!r}; known: {', '.join(AB_FIGURES)}")]
+            return [("decide_on", f"unknown figure {bad[0]!r}; known: {', '.join(known)}")]
         return self.baseline.check()
 
 

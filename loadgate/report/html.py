@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from loadgate.analysis.figures import ADJUSTED, BY_NAME, table_rows
+from loadgate.analysis.figures import ADJUSTED, figure, table_rows
 from loadgate.analysis.summary import build_summary
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
@@ -57,7 +57,7 @@ def level_table_html(s: Mapping[str, Any]) -> str:
         base = name.removesuffix(ADJUSTED)
         label = base + (" (errors as +inf)" if name.endswith(ADJUSTED) else "")
         cells = [m.get("count"), *(m.get(c) for c in ("p50", "p90", "p99", "mean"))]
-        rows.append(f"<tr><td>{escape(label)}</td><td>{escape(BY_NAME[base].unit)}</td>"
+        rows.append(f"<tr><td>{escape(label)}</td><td>{escape(figure(base).unit)}</td>"
                     + "".join(f'<td class="num">{fmt(v)}</td>' for v in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("metric", "unit", "n", "p50", "p90", "p99", "mean"))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

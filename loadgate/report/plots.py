@@ -2,7 +2,7 @@
 concurrency sweep. Each plot function takes already-loaded data and an output path, writes one PNG
 and returns the path.
 
-Samples always come from the metric definitions in `loadgate.analysis.metrics` (`METRIC_BY_NAME[...].fn`)
+Samples always come from the metric definitions in `loadgate.analysis.figures` (`figure(name).samples`)
 over successful records, so a plot shows exactly what the summary tables count. matplotlib is the
 optional `plot` extra: it is imported lazily, and only its Agg canvas is used (no pyplot, no global
 backend switch), so plotting works headless and leaves the caller's matplotlib state alone.
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgate.analysis.figures import BY_NAME
+from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import stats
 from loadgate.errors import UsageError
 from loadgate.records import Record
@@ -48,7 +48,7 @@ def cdf_size(n_metrics: int, n_runs: int) -> tuple[float, float]:
 
 
 def _samples_fn(name: str) -> Any:
-    fn = BY_NAME[name].samples
+    fn = figure(name).samples
     if fn is None:
         raise ValueError(f"{name} is not a distribution")
     return fn
@@ -182,7 +182,7 @@ def _plain_log_ticks(axis: Any) -> None:
 
 
 def _unit(name: str) -> str:
-    return BY_NAME[name].unit
+    return figure(name).unit
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from loadgate.analysis.figures import ADJUSTED, BY_NAME, table_rows
+from loadgate.analysis.figures import ADJUSTED, figure, table_rows
 
 COLUMNS = ("p50", "p90", "p99")
 
@@ -33,7 +33,7 @@ def level_table(s: dict[str, Any]) -> str:
             continue
         base = name.removesuffix(ADJUSTED)
         label = base + (" (errors as +inf)" if name.endswith(ADJUSTED) else "")
-        rows.append([label, BY_NAME[base].unit, m["count"], *(fmt(m[c]) for c in COLUMNS), fmt(m["mean"])])
+        rows.append([label, figure(base).unit, m["count"], *(fmt(m[c]) for c in COLUMNS), fmt(m["mean"])])
     return tabulate(rows, headers=["metric", "unit", "n", *COLUMNS, "mean"], tablefmt="simple",
                     disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right", "right"))
 

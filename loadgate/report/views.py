@@ -10,11 +10,11 @@ from typing import Any
 import orjson
 
 from loadgate.analysis.abstats import (
-    FIGURES,
     FigureComparison,
     compare_figure,
     comparisons_json,
     figure,
+    figures,
     request_level,
 )
 from loadgate.analysis.summary import build_summary
@@ -237,7 +237,7 @@ def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureCompariso
         la = [r for r in ra if str(r.level) == lv]
         lb = [r for r in rb if str(r.level) == lv]
         comps = {}
-        for name in FIGURES:
+        for name in figures():
             c = compare_figure(name, [figure(sa["levels"][lv], name)], [figure(sb["levels"][lv], name)])
             ci = request_level(name, la, lb) if c.ratio is not None else None
             comps[name] = dataclasses.replace(c, ci=ci) if ci else c

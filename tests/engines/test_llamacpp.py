@@ -169,7 +169,7 @@ def draft_run(draft: Any, baseline: dict[str, Any], profile_for: Callable[..., P
     deltas = {n: delta(before, after, f"llamacpp:{n}_total") for n in (
         "spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens", "n_decode")}
     return {"code": code, "out": out, "dir": run, "deltas": deltas,
-            "records": [r for r in read_records(run / "records.jsonl") if r.get("error") is None],
+            "records": [r for r in read_records(run / "records.jsonl") if r.succeeded],
             "level": load_json(run / "summary.json")["levels"]["1"]}
 
 
