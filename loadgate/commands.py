@@ -17,8 +17,9 @@ import click
 import orjson
 
 from loadgate import runs
-from loadgate.config.profile import load_profile
+from loadgate.config.profile import load_profile, profile_json_schema
 from loadgate.errors import LoadgateError, UsageError
+from loadgate.load.plan import trace_of
 from loadgate.report.views import render_compare, render_judgement, render_run, write_report_html
 from loadgate.runs import RunResult, Tick
 from loadgate.verdict import Verdict
@@ -57,8 +58,6 @@ def validate(profile: str) -> None:
     p = load_profile(profile)
     p.check_files()
     if p.workload.trace is not None:
-        from loadgate.load.plan import trace_of
-
         trace_of(p)
     say(f"{profile}: valid profile {p.name!r}")
     c = p.load.concurrency
@@ -70,8 +69,6 @@ def validate(profile: str) -> None:
 
 
 def schema() -> None:
-    from loadgate.config.profile import profile_json_schema
-
     say(orjson.dumps(profile_json_schema(), option=orjson.OPT_INDENT_2).decode())
 
 

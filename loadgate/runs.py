@@ -25,11 +25,15 @@ from typing import Any
 import orjson
 
 from loadgate.analysis.ab import SIDES
+from loadgate.analysis.summary import snapshot_to_json
 from loadgate.config.profile import Profile
 from loadgate.engine.adapters import CHAT_APIS
 from loadgate.engine.connect import Engine, open_engine, run_async
 from loadgate.engine.servermetrics import GaugeSampler, scrape
 from loadgate.errors import EngineError, ExactnessFailed, ExactnessNotEstablished, UsageError
+from loadgate.exactness import baseline as bl
+from loadgate.exactness.bundle import load_bundle
+from loadgate.exactness.bundle import replay as send_again
 from loadgate.gate import policy
 from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.check import CheckOutcome, capture, check_engine, check_text, corpus_of, fingerprint_of
@@ -187,8 +191,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
                     gauges = await sampler.stop()
                 after = await scrape(e.session, metrics_url)
                 server[str(level)] = {
-                    "before": None if before is None else snapshot_json(before),
-                    "after": None if after is None else snapshot_json(after), "gauges": gauges}
+                    "before": None if before is None else snapshot_to_json(before),
+                    "after": None if after is None else snapshot_to_json(after), "gauges": gauges}
             finally:
                 if isinstance(runner, WorkerGroup):
                     runner.close()
@@ -196,12 +200,6 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
                     runner.pool.close()
     dump_json(run_dir / "server.json", server)
     dump_json(run_dir / "health.json", health)
-
-
-def snapshot_json(s: Any) -> list[list[Any]]:
-    from loadgate.analysis.summary import snapshot_to_json
-
-    return snapshot_to_json(s)
 
 
 @contextlib.asynccontextmanager
@@ -320,8 +318,6 @@ def check(profile: Profile, say: Say = _quiet) -> CheckOutcome:
 
 def capture_baseline(profile: Profile, out: Path) -> Path:
     """`loadgate baseline`: capture the profile's target as a baseline file; returns its path."""
-    from loadgate.exactness import baseline as bl
-
     corpus = corpus_of(profile)
 
     async def go() -> bl.Baseline:
@@ -364,9 +360,6 @@ def fingerprint(profile: Profile, against: str | None) -> str:
 
 def replay(bundle: str, endpoint: str | None, times: int, say: Say = _quiet) -> None:
     """`loadgate replay`: re-send a bundle's request; raises ExactnessFailed if any answer differs."""
-    from loadgate.exactness.bundle import load_bundle
-    from loadgate.exactness.bundle import replay as send_again
-
     doc = load_bundle(Path(bundle))
     results = run_async(send_again(doc, endpoint, times))
     say(f"replaying {doc['case']} ({doc['scenario']['name']}, {doc['scenario']['in_flight_when_sent']} in flight "

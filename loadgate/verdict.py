@@ -27,7 +27,7 @@ from typing import Any
 
 from loadgate.analysis import ab
 from loadgate.analysis.abstats import FigureComparison, comparisons_json
-from loadgate.analysis.summary import build_summary
+from loadgate.analysis.summary import Summary, build_summary
 from loadgate.analysis.thresholds import LevelJudgement, judged_json
 from loadgate.analysis.thresholds import judge as judge_thresholds
 from loadgate.errors import EXIT_CODES
@@ -73,12 +73,12 @@ class Judgement:
     """The verdict with what it was judged on (the report renders these)."""
 
     verdict: Verdict
-    summary: dict[str, Any] | None = None  # a single run's summary
+    summary: Summary | None = None  # a single run's summary
     thresholds: list[LevelJudgement] = field(default_factory=list)
     comparisons: dict[str, dict[str, FigureComparison]] | None = None  # A/B: per level
     ab_settings: dict[str, Any] | None = None
     ab_info: dict[str, Any] | None = None
-    side_summaries: dict[str, list[dict[str, Any]]] | None = None
+    side_summaries: dict[str, list[Summary]] | None = None
 
 
 def _stopped(run_dir: Path) -> Verdict | None:
@@ -139,10 +139,10 @@ def judge(run_dir: Path | str) -> Judgement:
                                  exactness="failed"))
     summary = build_summary(run_dir)
     meta = load_json(run_dir / "meta.json")
-    judged = judge_thresholds((meta.get("profile") or {}).get("thresholds") or {}, summary["levels"])
-    invalid = [p for s in summary["levels"].values() for p in s["invalid"]]
-    code, outcome, message = _decide(invalid, bool(summary.get("unverified")), judged, None)
-    v = Verdict(code, outcome, message, "run", "not run" if summary.get("unverified") else _exactness_of(run_dir),
+    judged = judge_thresholds((meta.get("profile") or {}).get("thresholds") or {}, summary.levels)
+    invalid = [p for s in summary.levels.values() for p in s.invalid]
+    code, outcome, message = _decide(invalid, summary.unverified, judged, None)
+    v = Verdict(code, outcome, message, "run", "not run" if summary.unverified else _exactness_of(run_dir),
                 invalid, judged_json(judged))
     return Judgement(v, summary=summary, thresholds=judged)
 
@@ -158,7 +158,7 @@ def _judge_ab(run_dir: Path) -> Judgement:
     profile = load_json(info["runs"]["B"][0] / "meta.json")["profile"] if info["runs"]["B"] else {}
     judged = judge_thresholds(profile.get("thresholds") or {}, ab.median_run(info["runs"]["B"]),
                               ab.median_run(info["runs"]["A"]))
-    invalid = [p for side in summaries.values() for s in side for lv in s["levels"].values() for p in lv["invalid"]]
+    invalid = [p for side in summaries.values() for s in side for lv in s.levels.values() for p in lv.invalid]
     unverified = bool(info["ab"].get("unverified"))
     code, outcome, message = _decide(invalid, unverified, judged, decision)
     sides = ", ".join(f"{name} {_exactness_of(run_dir / f'check-{name}') or 'not run'}" for name in ab.SIDES.values())
@@ -172,11 +172,11 @@ def finish(run_dir: Path) -> Judgement:
     and verdict.json."""
     j = judge(run_dir)
     if j.summary is not None:
-        dump_json(run_dir / "summary.json", {**j.summary, "thresholds": j.verdict.thresholds})
+        dump_json(run_dir / "summary.json", {**j.summary.to_json(), "thresholds": j.verdict.thresholds})
     if j.comparisons is not None and j.ab_info is not None:
         for side, dirs in j.ab_info["runs"].items():
             for d, s in zip(dirs, (j.side_summaries or {})[side], strict=True):
-                dump_json(d / "summary.json", s)
+                dump_json(d / "summary.json", s.to_json())
         dump_json(run_dir / "comparison.json", {
             "levels": {lv: comparisons_json(c) for lv, c in j.comparisons.items()}, "verdict": j.verdict.ab_decision,
             "thresholds": j.verdict.thresholds, "settings": j.ab_settings})

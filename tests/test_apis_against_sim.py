@@ -22,14 +22,14 @@ def sim():
 @pytest.mark.parametrize("api", ["openai-completions", "openai-chat", "sglang"])
 def test_api_gives_exact_token_counts_and_matching_acceptance(sim, tmp_path, api):
     run_dir, records, meta = run(profile_for(sim.url, tmp_path, requests=12, concurrency=3, isl=40, osl=24, api=api))
-    s = build_summary(run_dir)["levels"]["3"]
-    assert s["failed"] == 0
-    tc = s["token_counts"]
+    s = build_summary(run_dir).levels["3"]
+    assert s.failed == 0
+    tc = s.token_counts
     # chat prompts are text built from single-token words: the server's count (template included)
     # must still equal the plan
-    assert tc["prompt_mismatches"] == 0 and tc["completion_mismatches"] == 0 and tc["prompt_unverified"] == 0
+    assert tc.prompt_mismatches == 0 and tc.completion_mismatches == 0 and tc.prompt_unverified == 0
     assert all(sum(r.chunk_tokens) == 24 for r in records)
     assert {r.token_source for r in records} == {"ids"}
-    assert s["acceptance"]["reconciliation"]["agree"]
+    assert s.acceptance.reconciliation["agree"]
     if api == "openai-chat":
         assert meta["chat_template_tokens"] > 0 and "word tokens" in meta["token_pool"]["source"]

@@ -10,7 +10,7 @@ import pytest
 
 from loadgate.analysis import abstats, figures, thresholds
 from loadgate.analysis.figures import Figure
-from loadgate.analysis.metrics import summarize
+from loadgate.analysis.summary import level_summary
 from loadgate.config.profile import AB
 from loadgate.records import Record
 from loadgate.report.html import level_table_html
@@ -18,6 +18,7 @@ from loadgate.report.table import level_table
 from tests.recs import make_record
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+PROFILE = {"workload": {"token_mismatch_limit": 0.0}}
 
 
 def records() -> list[Record]:
@@ -37,8 +38,8 @@ def test_thresholds_ab_and_tables_list_exactly_the_registrys_figures():
     assert set(thresholds.metrics()) == {f.name for f in dist} | set(adjusted) | set(scalars)
     assert list(abstats.figures()) == [f.name if s == "value" else f"{f.name}.{s}" for f in figures.FIGURES
                                        for s in f.ab]
-    s = summarize(records())
-    assert list(s["metrics"]) == list(figures.metric_names())
+    s = level_summary(records(), None, [], PROFILE)
+    assert list(s.metrics) == list(figures.metric_names())
     rows = [f.name for f in dist if f.table]
     shown = table_names(level_table(s))
     assert [n.removesuffix(" (errors as +inf)") for n in shown if "errors as" not in n] == rows
@@ -61,11 +62,11 @@ def test_adding_a_figure_is_one_registry_entry(monkeypatch):
     new: Figure = ns["entry"]
     assert new.name not in {f.name for f in figures.FIGURES}
     monkeypatch.setattr(figures, "FIGURES", (*figures.FIGURES, new))
-    s = summarize(records())
-    assert s["metrics"][new.name]["p50"] == pytest.approx(20.0, abs=1e-3)  # the second chunk at 20 ms
+    s = level_summary(records(), None, [], PROFILE)
+    assert s.metrics[new.name]["p50"] == pytest.approx(20.0, abs=1e-3)  # the second chunk at 20 ms
     assert new.name in table_names(level_table(s))
     t = thresholds.parse(new.name, "p(99) < 300ms")
-    assert thresholds.evaluate(t, {**s}).passed
+    assert thresholds.evaluate(t, s).passed
     assert f"{new.name}.p50" in abstats.figures()
     assert AB(decide_on=(f"{new.name}.p50",)).check() == []
     assert AB(decide_on=("no_such.p50",)).check()

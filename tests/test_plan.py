@@ -92,5 +92,5 @@ def test_a_text_trace_has_no_planned_prompt_count_and_is_not_a_mismatch():
 
     fields = {"prompt_tokens": 5, "completion_tokens": 4, "output_tokens_planned": 4, "chunk_tokens": [4]}
     tc = token_check([make_record(**fields)], 0.0)
-    assert tc["ok"] and tc["prompt_mismatches"] == 0 and tc["prompt_unverified"] == 1
-    assert not token_check([make_record(**fields, prompt_tokens_planned=6)], 0.0)["ok"]
+    assert tc.ok and tc.prompt_mismatches == 0 and tc.prompt_unverified == 1
+    assert not token_check([make_record(**fields, prompt_tokens_planned=6)], 0.0).ok

@@ -4,6 +4,7 @@ records and the metric definitions."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,7 +19,11 @@ import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 
 from loadgate.analysis.figures import figure  # noqa: E402
-from loadgate.analysis.summary import build_summary  # noqa: E402
+from loadgate.analysis.metrics import summarize  # noqa: E402
+from loadgate.analysis.summary import (
+    build_summary,  # noqa: E402
+    level_summary,  # noqa: E402
+)
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig  # noqa: E402
 from loadgate.errors import UsageError  # noqa: E402
 from loadgate.records import (
@@ -78,7 +83,7 @@ def test_each_plot_is_a_non_blank_png_of_the_expected_size(runs, tmp_path):
     check_png(p, plots.cdf_size(2, 2))
     check_png(plots.itl_by_position(data, tmp_path / "itl.png"), plots.ITL_SIZE)
     check_png(plots.tokens_per_chunk(data, tmp_path / "tpc.png"), plots.CHUNK_SIZE)
-    levels = [(float(lv), s) for lv, s in build_summary(runs["sweep"])["levels"].items()]
+    levels = [(float(lv), s) for lv, s in build_summary(runs["sweep"]).levels.items()]
     p = plots.sweep(levels, tmp_path / "sweep.png", slo={"ttft_ms": 50.0, "tpot_ms": 5.0, "e2e_ms": None})
     check_png(p, plots.SWEEP_SIZE)
     check_png(plots.sweep({"a": levels, "b": levels[:1]}, tmp_path / "sweep2.png"), plots.SWEEP_SIZE)
@@ -159,11 +164,15 @@ def test_single_level_report_has_no_sweep_and_renders_missing_figures_as_na(runs
     assert "Exactness" not in html
 
 
+PROFILE = {"workload": {"token_mismatch_limit": 0.0}}
+
+
 def test_level_table_html_writes_na_and_inf():
-    s = {"metrics": {"ttft": {"count": 0, "p50": None, "p90": None, "p99": None, "mean": None},
-                     "e2e_error_adjusted": {"count": 3, "p50": 1.5, "p90": 2.0, "p99": float("inf"),
-                                            "mean": float("inf")}}}
-    html = level_table_html(s)
+    s = summarize([])  # no requests: every figure n/a
+    metrics = {"ttft": {"count": 0, "p50": None, "p90": None, "p99": None, "mean": None},
+               "e2e_error_adjusted": {"count": 3, "p50": 1.5, "p90": 2.0, "p99": float("inf"), "mean": float("inf")}}
+    html = level_table_html(dataclasses.replace(level_summary([], None, [], PROFILE), metrics=metrics))
+    assert s["metrics"]["ttft"]["count"] == 0
     assert html.startswith("<table>") and html.count("<tr>") == 3
     assert html.count(">n/a<") == 4 and html.count(">+inf<") == 2 and "e2e (errors as +inf)" in html
 

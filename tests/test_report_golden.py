@@ -30,7 +30,7 @@ ADDED: tuple[str, ...] = (
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
     r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
-    r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+    r'  "summary_version": 2,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
 )
 
 
@@ -69,3 +69,25 @@ def test_compare_prints_what_the_previous_version_printed(args, golden, capsys, 
     monkeypatch.chdir(RUNS)
     main(["compare", *args])
     assert_golden_plus_added(capsys.readouterr().out, (GOLDEN / f"{golden}.table.txt").read_text())
+
+
+def test_a_version_1_summary_json_is_read_into_todays_summary():
+    """summary.json of the previous version (no summary_version, token counts without the reasons)
+    reads into today's typed Summary, with the same figures as rebuilding it from the records."""
+    from loadgate.analysis.summary import SUMMARY_VERSION, Summary, build_summary
+    from loadgate.jsonutil import load_json
+
+    old = load_json(RUNS / "single" / "summary.json")
+    assert "summary_version" not in old
+    s = Summary.from_json(old)
+    again = build_summary(RUNS / "single")
+    assert s.summary_version == again.summary_version == SUMMARY_VERSION == 2
+    assert s.levels["4"].metrics == again.levels["4"].metrics
+    assert s.levels["4"].token_counts.prompt_mismatches == again.levels["4"].token_counts.prompt_mismatches == 0
+    assert Summary.from_json(again.to_json()) == again  # today's round-trips
+    # older still: a real llama-server run's summary, before token counts kept their reasons apart
+    real = load_json(RUNS.parents[2] / "docs" / "validation" / "engines" / "llamacpp" / "draft-run" / "summary.json")
+    assert "prompt_not_planned" not in real["levels"]["1"]["token_counts"]
+    lv = Summary.from_json(real).levels["1"]
+    assert lv.token_counts.prompt_not_planned == 0 and lv.token_counts.completion_counts_from == {}
+    assert lv.acceptance.per_request is not None and lv.acceptance.per_request["source"] == "llama.cpp timings"

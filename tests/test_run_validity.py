@@ -30,12 +30,12 @@ FAST = SimConfig(seed=5, speculative=SpeculativeConfig(method="draft_model", k=3
 def test_warmup_requests_do_not_leak_into_counter_deltas(tmp_path):
     with SimProcess(FAST) as sim:
         run_dir, records, _ = run(profile_for(sim.url, tmp_path, requests=24, concurrency=4, warmup=12, osl=20))
-    s = build_summary(run_dir)["levels"]["4"]
+    s = build_summary(run_dir).levels["4"]
     assert sum(r.warmup for r in records) == 12
-    c = s["contamination"]
+    c = s.contamination
     assert c["clean"], c["problems"]
     assert c["server_requests"] == 24 == c["client_requests"]  # the 12 warmup requests are not in the window
-    assert s["acceptance"]["counters"]["acceptance_length"] == s["acceptance"]["per_request"]["acceptance_length"]
+    assert s.acceptance.counters["acceptance_length"] == s.acceptance.per_request["acceptance_length"]
 
 
 def test_foreign_traffic_during_the_window_trips_the_contamination_check(tmp_path, capsys):
@@ -78,7 +78,7 @@ def test_concurrency_sweep_and_open_loop_run_end_to_end(tmp_path):
     with SimProcess(FAST) as sim:
         run_dir, _, _ = run(profile_for(sim.url, tmp_path, requests=12, concurrency=(1, 4), osl=8))
         summary = build_summary(run_dir)
-        assert set(summary["levels"]) == {"1", "4"} and all(s["succeeded"] == 12 for s in summary["levels"].values())
+        assert set(summary.levels) == {"1", "4"} and all(s.succeeded == 12 for s in summary.levels.values())
         run_dir2, recs2, _ = run(profile_for(sim.url, tmp_path, requests=30, rate=40.0, osl=8))
     assert all(r.intended_ns is not None for r in recs2)
     # latency counts from the intended start, so client queueing can never hide
@@ -113,10 +113,10 @@ def test_two_worker_processes_share_one_closed_loop_and_one_schedule(tmp_path):
     with SimProcess(FAST) as sim:
         run_dir, records, _ = run(profile_for(sim.url, tmp_path, requests=40, concurrency=6, osl=8, warmup=4,
                                               workers=2))
-        s = build_summary(run_dir)["levels"]["6"]
+        s = build_summary(run_dir).levels["6"]
         run_dir2, recs2, _ = run(profile_for(sim.url, tmp_path, requests=30, rate=50.0, osl=8, workers=2))
     assert sorted(r.i for r in records) == list(range(44))  # every request once, warmup included
-    assert s["contamination"]["clean"] and s["client_health"]["workers"] == 2
+    assert s.contamination["clean"] and s.client_health.workers == 2
     assert sorted(r.i for r in recs2) == list(range(30))
     assert all(r.start_ns >= r.intended_ns for r in recs2)
 
@@ -211,8 +211,8 @@ def test_warmup_opens_the_connections_and_measured_requests_reuse_them(tmp_path,
     assert sum(r.new_connection for r in warm) == 6
     assert not any(r.new_connection for r in measured)
     summary = build_summary(run_dir)
-    s = summary["levels"]["6"]
-    assert s["new_connections"] == 0 and s["client_health"]["workers"] == workers
+    s = summary.levels["6"]
+    assert s.new_connections == 0 and s.client_health.workers == workers
     assert "connections:" not in render_summary(summary)  # said only when some request paid a connect
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from decimal import Decimal
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgate.analysis.summary import level_summary
+from loadgate.analysis.summary import Acceptance, LevelSummary, level_summary
 from loadgate.analysis.thresholds import (
     Outcome,
     Threshold,
@@ -51,16 +52,16 @@ WITH_FAILURE = level_summary([rec(k, 100 + 10 * k) for k in range(10)] + [rec(10
 ALL_FAILED = level_summary([rec(k, 0, error=FAIL) for k in range(3)], None, [], PROFILE)
 
 
-def check(metric: str, text: str, summary: dict[str, Any] = CLEAN,
-          baseline: dict[str, Any] | None = None) -> Outcome:
+def check(metric: str, text: str, summary: LevelSummary = CLEAN,
+          baseline: LevelSummary | None = None) -> Outcome:
     return evaluate(parse(metric, text), summary, baseline)
 
 
 def test_summary_fixture_has_the_figures_the_tests_rely_on():
-    m = CLEAN["metrics"]["ttft"]
+    m = CLEAN.metrics["ttft"]
     assert (m["p50"], m["min"], m["max"]) == (145.0, 100.0, 190.0)
     assert m["p99"] == pytest.approx(189.1)
-    assert WITH_FAILURE["failed"] == 1 and math.isinf(WITH_FAILURE["metrics"]["ttft_error_adjusted"]["p99"])
+    assert WITH_FAILURE.failed == 1 and math.isinf(WITH_FAILURE.metrics["ttft_error_adjusted"]["p99"])
 
 
 @pytest.mark.parametrize(("text", "passed"), [
@@ -118,7 +119,7 @@ def test_errors_rate_and_count():
 
 
 def test_scalar_metrics_read_throughput_goodput_and_acceptance():
-    window = CLEAN["throughput"]["window_s"]
+    window = CLEAN.throughput.window_s
     assert window == pytest.approx(0.23)
     o = check("output_throughput", "> 1500")
     assert o.measured == pytest.approx(30 / window) and not o.passed
@@ -132,7 +133,7 @@ def test_acceptance_length_from_per_request_then_counters():
     spec = {"source": "vllm", "verify_steps": 1, "accepted": 1, "draft_tokens": 2}
     s = level_summary([rec(k, 100, spec=spec) for k in range(4)], None, [], PROFILE)
     assert check("acceptance_length", "> 1.9", s).measured == pytest.approx(2.0)
-    fallback = {**CLEAN, "acceptance": {"per_request": None, "counters": {"acceptance_length": 2.7}}}
+    fallback = dataclasses.replace(CLEAN, acceptance=Acceptance(None, {"acceptance_length": 2.7}))
     o = check("acceptance_length", "> 2.5", fallback)
     assert o.passed and o.measured == 2.7
     o = check("acceptance_length", "> 2.5")
@@ -142,7 +143,7 @@ def test_acceptance_length_from_per_request_then_counters():
 def test_baseline_factor_and_shift_resolve_against_the_baseline_summary():
     slower = level_summary([rec(k, 100 + 10 * k) for k in range(8)], None, [], PROFILE)
     o = check("output_throughput", "> baseline * 0.95", CLEAN, slower)
-    assert o.limit == pytest.approx(0.95 * slower["throughput"]["output_token_throughput"]) and o.passed
+    assert o.limit == pytest.approx(0.95 * slower.throughput.output_token_throughput) and o.passed
     assert not check("output_throughput", "> baseline * 110%", slower, CLEAN).passed
     o = check("ttft", "p(50) <= baseline + 5ms", CLEAN, slower)
     assert o.limit == pytest.approx(135 + 5) and not o.passed
@@ -154,7 +155,7 @@ def test_baseline_factor_and_shift_resolve_against_the_baseline_summary():
 def test_baseline_without_a_baseline_summary_fails():
     o = check("output_throughput", "> baseline * 0.95", CLEAN, None)
     assert not o.passed and o.limit is None and o.reason == "no baseline in this run"
-    assert o.measured == pytest.approx(CLEAN["throughput"]["output_token_throughput"])
+    assert o.measured == pytest.approx(CLEAN.throughput.output_token_throughput)
     o = check("ttft", "p(99) < baseline", CLEAN, ALL_FAILED)
     assert not o.passed and o.reason == "baseline n/a: no samples"
 
@@ -164,7 +165,7 @@ def test_no_samples_fails_the_threshold():
     assert (o.passed, o.measured, o.reason) == (False, None, "n/a: no samples")
     assert not check("ttft", "p(99) > 0", ALL_FAILED).passed
     assert not check("errors", "count == 0", level_summary([], None, [], PROFILE)).passed
-    assert not check("goodput", "> 0.5", {**CLEAN, "goodput": None}).passed
+    assert not check("goodput", "> 0.5", dataclasses.replace(CLEAN, goodput=None)).passed
 
 
 def test_infinity_from_failed_requests_fails_less_than_thresholds():

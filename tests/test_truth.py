@@ -53,7 +53,7 @@ def test_acceptance_length_equals_the_simulators_exactly(tmp_path):
     with SimProcess(SPEC) as sim:
         run_dir, records, meta = run(profile_for(sim.url, tmp_path, requests=40, concurrency=8, osl=40, warmup=4))
         truth = sim.truth_records()
-    s = build_summary(run_dir)["levels"]["8"]
+    s = build_summary(run_dir).levels["8"]
     measured = {f"{run_dir.name}-L8-{r.i}" for r in records if not r.warmup}
     # the simulator's own account: every token chunk after the first is one verify step
     steps = tokens = 0
@@ -63,9 +63,9 @@ def test_acceptance_length_equals_the_simulators_exactly(tmp_path):
             steps += len(chunks) - 1
             tokens += sum(chunks[1:])
     true_al = tokens / steps
-    assert s["acceptance"]["per_request"]["acceptance_length"] == pytest.approx(true_al, rel=0, abs=1e-12)
-    assert s["acceptance"]["counters"]["acceptance_length"] == pytest.approx(true_al, rel=0, abs=1e-12)
-    assert s["contamination"]["clean"] and s["acceptance"]["reconciliation"]["agree"]
+    assert s.acceptance.per_request["acceptance_length"] == pytest.approx(true_al, rel=0, abs=1e-12)
+    assert s.acceptance.counters["acceptance_length"] == pytest.approx(true_al, rel=0, abs=1e-12)
+    assert s.contamination["clean"] and s.acceptance.reconciliation["agree"]
 
 
 def test_every_injected_fault_is_counted_once_in_the_right_kind(tmp_path):

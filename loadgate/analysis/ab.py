@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgate.analysis.abstats import FigureComparison, compare_summaries, overall, worst
-from loadgate.analysis.summary import build_summary
+from loadgate.analysis.summary import LevelSummary, build_summary
 from loadgate.jsonutil import load_json
 
 SIDES = {"A": "baseline", "B": "candidate"}
@@ -39,11 +39,11 @@ def comparisons(run_dir: Path) -> tuple[dict[str, dict[str, FigureComparison]], 
     info = load_ab(run_dir)
     ab = info["ab"]["ab"]
     summaries = {s: [build_summary(d) for d in info["runs"][s]] for s in SIDES}
-    levels = list(summaries["B"][0]["levels"]) if summaries["B"] else []
+    levels = list(summaries["B"][0].levels) if summaries["B"] else []
     out = {}
     for lv in levels:
-        a = [s["levels"][lv] for s in summaries["A"] if lv in s["levels"]]
-        b = [s["levels"][lv] for s in summaries["B"] if lv in s["levels"]]
+        a = [s.levels[lv] for s in summaries["A"] if lv in s.levels]
+        b = [s.levels[lv] for s in summaries["B"] if lv in s.levels]
         # Bonferroni: the verdict reads several figures, so each is tested at alpha / their number
         alpha = ab["alpha"] / max(1, len(ab["decide_on"]))
         out[lv] = compare_summaries(a, b, alpha=alpha, practical=ab["practical"], practical_ms=ab["practical_ms"],
@@ -64,11 +64,11 @@ def _median(values: list[Any]) -> Any:
     return values[0] if values else None
 
 
-def median_run(run_dirs: list[Path]) -> dict[str, dict[str, Any]]:
+def median_run(run_dirs: list[Path]) -> dict[str, LevelSummary]:
     """Per level, a summary whose every figure is the median over the side's runs (thresholds are
     judged on the typical run, not on requests pooled across runs)."""
     levels: dict[str, list[dict[str, Any]]] = {}
     for d in run_dirs:
-        for lv, s in build_summary(d)["levels"].items():
-            levels.setdefault(lv, []).append(s)
-    return {lv: _median(ss) for lv, ss in levels.items()}
+        for lv, s in build_summary(d).levels.items():
+            levels.setdefault(lv, []).append(s.to_json())
+    return {lv: LevelSummary.from_json(_median(ss)) for lv, ss in levels.items()}

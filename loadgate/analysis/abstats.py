@@ -170,7 +170,7 @@ def overall(comparisons: dict[str, FigureComparison], decide_on: Sequence[str]) 
                   for f in applicable])
 
 
-def compare_summaries(a: list[dict[str, Any]], b: list[dict[str, Any]], **kw: Any) -> dict[str, FigureComparison]:
+def compare_summaries(a: Sequence[Any], b: Sequence[Any], **kw: Any) -> dict[str, FigureComparison]:
     """Every figure, from per-run level summaries of each side."""
     return {name: compare_figure(name, [figure(s, name) for s in a], [figure(s, name) for s in b], **kw)
             for name in ab_figures()}

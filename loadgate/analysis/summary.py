@@ -6,6 +6,8 @@ an old run with the engine long gone. Nothing here reads live state.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,32 @@ def snapshot_to_json(s: Snapshot, prefixes: tuple[str, ...] = ("vllm:", "sglang:
     return [[n, [list(kv) for kv in labels], v] for (n, labels), v in s.values.items() if n.startswith(prefixes)]
 
 
-def token_check(records: list[Record], limit: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TokenCounts:
+    """The server's prompt and completion counts against the plan, over successful requests."""
+
+    checked: int
+    prompt_mismatches: int
+    completion_mismatches: int
+    prompt_unverified: int  # prompts whose count could not be checked (the next two together)
+    prompt_no_server_count: int
+    prompt_not_planned: int  # the plan had no token count (text prompts without a tokenizer, chat without a template)
+    completion_counts_from: dict[str, int]
+    mismatch_fraction: float
+    limit: float
+    examples: list[int]
+    ok: bool
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TokenCounts:
+        """Also from a version 1 summary (no reasons kept apart, no completion sources)."""
+        return cls(d["checked"], d["prompt_mismatches"], d["completion_mismatches"], d["prompt_unverified"],
+                   d.get("prompt_no_server_count", d["prompt_unverified"]), d.get("prompt_not_planned", 0),
+                   d.get("completion_counts_from") or {}, d["mismatch_fraction"], d["limit"], list(d["examples"]),
+                   bool(d["ok"]))
+
+
+def token_check(records: list[Record], limit: float) -> TokenCounts:
     """Per request, the server's prompt and completion counts against the plan."""
     checked = [r for r in records if r.succeeded]
     prompt_bad = [r.i for r in checked if r.prompt_tokens is not None
@@ -41,13 +68,19 @@ def token_check(records: list[Record], limit: float) -> dict[str, Any]:
     for r in checked:
         k = "server usage" if r.completion_tokens is not None else f"chunks ({r.token_source})"
         completion_from[k] = completion_from.get(k, 0) + 1
-    return {"checked": len(checked), "prompt_mismatches": len(prompt_bad), "completion_mismatches": len(out_bad),
-            "prompt_unverified": no_count + unplanned, "prompt_no_server_count": no_count,
-            "prompt_not_planned": unplanned, "completion_counts_from": completion_from,
-            "mismatch_fraction": frac, "limit": limit, "examples": sorted(bad)[:10], "ok": frac <= limit}
+    return TokenCounts(len(checked), len(prompt_bad), len(out_bad), no_count + unplanned, no_count, unplanned,
+                       completion_from, frac, limit, sorted(bad)[:10], frac <= limit)
 
 
-def goodput(records: list[Record], slo: dict[str, float | None], window_s: float | None) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Goodput:
+    slo_ms: dict[str, float]
+    good_requests: int
+    fraction: float
+    goodput_rps: float | None
+
+
+def goodput(records: list[Record], slo: dict[str, float | None], window_s: float | None) -> Goodput | None:
     """Requests that succeeded and met every SLO given (a request's own TTFT, TPOT and E2E)."""
     active = {k: v for k, v in slo.items() if v is not None}
     if not active or not records:
@@ -64,60 +97,162 @@ def goodput(records: list[Record], slo: dict[str, float | None], window_s: float
             if vals and vals[0] > limit:
                 okay = False
         good += okay
-    return {"slo_ms": active, "good_requests": good, "fraction": good / len(records),
-            "goodput_rps": good / window_s if window_s else None}
+    return Goodput(active, good, good / len(records), good / window_s if window_s else None)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Over the measured window W = [first origin, last end] (see `analysis.metrics.throughput`)."""
+
+    window_s: float | None
+    request_throughput: float | None
+    output_token_throughput: float | None
+    input_token_throughput: float | None
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Acceptance length from per-request fields, from counter deltas, and their reconciliation
+    (`loadgate.analysis.specdec`); the last two only when the server's metrics were scraped."""
+
+    per_request: dict[str, Any] | None
+    counters: dict[str, Any] | None = None
+    reconciliation: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ClientHealth:
+    """The client's own health over the window, the worst over worker processes."""
+
+    loop_lag_ms: dict[str, float | int | None]
+    gc_pauses: int
+    gc_pause_max_ms: float | None
+    gc_pause_total_ms: float
+    client_cpu_fraction: float | None
+    workers: int
+    schedule_lag_ms: dict[str, float | None] | None = None
+
+
+Stats = dict[str, Any]  # one metric's statistics: unit, per, count, p50 … p99.9, mean, std, min, max
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    """Every figure of one load level, judged valid or not (`invalid` lists why not)."""
+
+    requests: int
+    succeeded: int
+    failed: int
+    errors: dict[str, int]
+    metrics: dict[str, Stats]
+    throughput: Throughput
+    token_counts: TokenCounts
+    goodput: Goodput | None
+    acceptance: Acceptance
+    new_connections: int  # requests that had to open their connection (their TTFT includes it)
+    contamination: dict[str, Any] | None
+    server_gauges: dict[str, Any] | None
+    client_health: ClientHealth
+    invalid: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LevelSummary:
+        acc = d.get("acceptance") or {}
+        return cls(d["requests"], d["succeeded"], d["failed"], d["errors"], d["metrics"],
+                   Throughput(**d["throughput"]), TokenCounts.from_json(d["token_counts"]),
+                   None if d.get("goodput") is None else Goodput(**d["goodput"]),
+                   Acceptance(acc.get("per_request"), acc.get("counters"), acc.get("reconciliation")),
+                   d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
+                   ClientHealth(**d["client_health"]), list(d["invalid"]))
 
 
 def level_summary(records: list[Record], server: dict[str, Any] | None, health: list[dict[str, Any]],
-                  profile: dict[str, Any]) -> dict[str, Any]:
+                  profile: dict[str, Any]) -> LevelSummary:
     s = summarize(records)
-    s["token_counts"] = token_check(records, profile["workload"]["token_mismatch_limit"])
-    s["goodput"] = goodput(records, profile.get("slo") or {}, s["throughput"]["window_s"])
-    s["acceptance"] = {"per_request": from_records(records)}
-    s["new_connections"] = sum(1 for r in records if r.new_connection)  # requests that paid a connect
+    tc = token_check(records, profile["workload"]["token_mismatch_limit"])
+    per_request = from_records(records)
+    acceptance = Acceptance(per_request)
+    contaminated = gauges = None
     invalid: list[str] = []
     if server and server.get("before") is not None and server.get("after") is not None:
         before, after = snapshot_from_json(server["before"]), snapshot_from_json(server["after"])
-        s["acceptance"]["counters"] = from_counters(before, after)
-        s["acceptance"]["reconciliation"] = reconcile(s["acceptance"]["per_request"], s["acceptance"]["counters"])
-        s["contamination"] = contamination(before, after, records)
-        s["server_gauges"] = server.get("gauges")
-        if s["contamination"] and not s["contamination"]["clean"]:
+        counters = from_counters(before, after)
+        acceptance = Acceptance(per_request, counters, reconcile(per_request, counters))
+        contaminated = contamination(before, after, records)
+        gauges = server.get("gauges")
+        if contaminated and not contaminated["clean"]:
             invalid += ["contamination: " + p + " (other traffic reached the server, or it counts differently)"
-                        for p in s["contamination"]["problems"]]
-    if not s["token_counts"]["ok"]:
-        tc = s["token_counts"]
-        invalid.append(f"{tc['mismatch_fraction']:.1%} of requests had token counts off the plan "
-                       f"(limit {tc['limit']:.1%}): check the tokenizer and that ignore_eos is honoured")
-    h = merge_health(health)
-    h["schedule_lag_ms"] = schedule_lag(records)
-    s["client_health"] = h
+                        for p in contaminated["problems"]]
+    if not tc.ok:
+        invalid.append(f"{tc.mismatch_fraction:.1%} of requests had token counts off the plan "
+                       f"(limit {tc.limit:.1%}): check the tokenizer and that ignore_eos is honoured")
+    h = merge_health(health, schedule_lag(records))
     budgets = profile.get("health")
     if budgets:
-        invalid += verdict(h, HealthBudgets(**budgets))
-    s["invalid"] = invalid
-    return s
+        invalid += verdict(dataclasses.asdict(h), HealthBudgets(**budgets))
+    throughput = Throughput(**s["throughput"])
+    return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
+                        goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
+                        sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid)
 
 
-def merge_health(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_health(parts: list[dict[str, Any]], schedule: dict[str, float | None] | None = None) -> ClientHealth:
     """Worst case over worker processes (each measured its own loop)."""
     parts = [p for p in parts if p]
     if not parts:
-        return {"loop_lag_ms": {"p50": None, "p99": None, "max": None, "samples": 0}, "gc_pauses": 0,
-                "gc_pause_max_ms": 0.0, "gc_pause_total_ms": 0.0, "client_cpu_fraction": None, "workers": 0}
+        return ClientHealth({"p50": None, "p99": None, "max": None, "samples": 0}, 0, 0.0, 0.0, None, 0, schedule)
 
     def worst(get: Any) -> Any:
         vals = [v for p in parts if (v := get(p)) is not None]
         return max(vals) if vals else None
 
-    return {"loop_lag_ms": {k: worst(lambda p, k=k: p["loop_lag_ms"][k]) for k in ("p50", "p99", "max")}
-            | {"samples": sum(p["loop_lag_ms"]["samples"] for p in parts)},
-            "gc_pauses": sum(p["gc_pauses"] for p in parts), "gc_pause_max_ms": worst(lambda p: p["gc_pause_max_ms"]),
-            "gc_pause_total_ms": sum(p["gc_pause_total_ms"] for p in parts),
-            "client_cpu_fraction": worst(lambda p: p["client_cpu_fraction"]), "workers": len(parts)}
+    return ClientHealth({k: worst(lambda p, k=k: p["loop_lag_ms"][k]) for k in ("p50", "p99", "max")}
+                        | {"samples": sum(p["loop_lag_ms"]["samples"] for p in parts)},
+                        sum(p["gc_pauses"] for p in parts), worst(lambda p: p["gc_pause_max_ms"]),
+                        sum(p["gc_pause_total_ms"] for p in parts), worst(lambda p: p["client_cpu_fraction"]),
+                        len(parts), schedule)
 
 
-def build_summary(run_dir: Path) -> dict[str, Any]:
+SUMMARY_VERSION = 2
+"""2: the summary carries its version; token counts say why prompts went unverified
+(`prompt_no_server_count`, `prompt_not_planned`) and where completion counts came from; the token
+pool and the chat template's count are kept; `contamination` and `server_gauges` are always
+present (null without server metrics). Version 1 files (no `summary_version`) read the same."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A run's summary (summary.json), rebuilt from its files by `build_summary`."""
+
+    run_id: str
+    loadgate: str
+    model: str
+    api: str
+    load: str  # "concurrency" or "rate"
+    levels: dict[str, LevelSummary]
+    valid: bool
+    attestation: dict[str, Any] | None
+    unverified: bool
+    token_pool: dict[str, Any] | None
+    chat_template_tokens: int | None
+    summary_version: int = SUMMARY_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {"summary_version": d.pop("summary_version"), **d}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Summary:
+        """From a summary.json of version 1 or 2."""
+        return cls(d["run_id"], d["loadgate"], d["model"], d["api"], d.get("load", "concurrency"),
+                   {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
+                   d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"))
+
+
+def build_summary(run_dir: Path) -> Summary:
     meta = load_json(run_dir / "meta.json")
     server = load_json(run_dir / "server.json") if (run_dir / "server.json").exists() else {}
     health = load_json(run_dir / "health.json") if (run_dir / "health.json").exists() else {}
@@ -126,8 +261,7 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
         by_level.setdefault(str(r.level), []).append(r)
     levels = {lv: level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"])
               for lv, recs in by_level.items()}
-    return {"run_id": meta["run_id"], "loadgate": meta["loadgate"], "model": meta["model"],
-            "api": meta["api"], "load": "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency",
-            "levels": levels, "valid": not any(s["invalid"] for s in levels.values()),
-            "attestation": meta.get("attestation"), "unverified": bool(meta.get("unverified")),
-            "token_pool": meta.get("token_pool"), "chat_template_tokens": meta.get("chat_template_tokens")}
+    return Summary(meta["run_id"], meta["loadgate"], meta["model"], meta["api"],
+                   "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency", levels,
+                   not any(s.invalid for s in levels.values()), meta.get("attestation"), bool(meta.get("unverified")),
+                   meta.get("token_pool"), meta.get("chat_template_tokens"))

@@ -44,7 +44,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from tabulate import tabulate
 
@@ -350,31 +350,36 @@ def parse_all(mapping: Mapping[str, Sequence[str]]) -> list[Threshold]:
     return out
 
 
-def _dig(d: Any, path: Sequence[str]) -> Any:
-    for key in path:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(key)
-    return d
+class LevelFigures(Protocol):
+    """What a threshold reads from a level summary (`loadgate.analysis.summary.LevelSummary`)."""
+
+    @property
+    def requests(self) -> int: ...
+
+    @property
+    def failed(self) -> int: ...
+
+    @property
+    def metrics(self) -> dict[str, dict[str, Any]]: ...
 
 
-def measure(t: Threshold, summary: Mapping[str, Any]) -> tuple[float | None, str | None]:
+def measure(t: Threshold, summary: LevelFigures) -> tuple[float | None, str | None]:
     """The figure `t` reads from one level summary, or (None, why it is n/a)."""
     spec = _specs()[t.metric]
     if spec.distribution:
-        stats = _dig(summary, ("metrics", t.metric))
+        stats = summary.metrics.get(t.metric)
         if stats is None:
             return None, f"n/a: {t.metric} is not in this summary"
-        v = stats.get(t.stat_key)
+        v = stats.get(t.stat_key or "")
         return (None, "n/a: no samples") if v is None else (float(v), None)
     if t.metric == "errors":
-        requests, failed = summary.get("requests"), summary.get("failed")
+        requests, failed = summary.requests, summary.failed
         if not requests or failed is None:
             return None, "n/a: no requests"
         return (float(failed) if t.aggregation == "count" else failed / requests), None
-    v = _dig(summary, spec.path)
+    v = figures.read_path(summary, spec.path)
     if v is None and t.metric == "acceptance_length":
-        v = _dig(summary, ("acceptance", "counters", "acceptance_length"))
+        v = figures.read_path(summary, ("acceptance", "counters", "acceptance_length"))
     if v is None:
         why = {"goodput": "no goodput (the profile sets no slo)",
                "acceptance_length": "no acceptance length (no speculative decoding statistics)"}
@@ -382,7 +387,7 @@ def measure(t: Threshold, summary: Mapping[str, Any]) -> tuple[float | None, str
     return float(v), None
 
 
-def _limit(t: Threshold, baseline_summary: Mapping[str, Any] | None) -> tuple[float | None, str | None]:
+def _limit(t: Threshold, baseline_summary: LevelFigures | None) -> tuple[float | None, str | None]:
     if not t.baseline:
         return t.value, None
     if baseline_summary is None:
@@ -396,8 +401,7 @@ def _limit(t: Threshold, baseline_summary: Mapping[str, Any] | None) -> tuple[fl
     return {"*": base * k, "+": base + k, "-": base - k}[t.baseline_op], None
 
 
-def evaluate(t: Threshold, summary: Mapping[str, Any],
-             baseline_summary: Mapping[str, Any] | None = None) -> Outcome:
+def evaluate(t: Threshold, summary: LevelFigures, baseline_summary: LevelFigures | None = None) -> Outcome:
     """Check `t` against one level summary (and the baseline's, when `t` uses `baseline`)."""
     measured, why = measure(t, summary)
     limit, limit_why = _limit(t, baseline_summary)
@@ -413,8 +417,8 @@ def evaluate(t: Threshold, summary: Mapping[str, Any],
     return Outcome(t, measured, limit, passed, reason)
 
 
-def evaluate_all(ts: Sequence[Threshold], summary: Mapping[str, Any],
-                 baseline_summary: Mapping[str, Any] | None = None) -> list[Outcome]:
+def evaluate_all(ts: Sequence[Threshold], summary: LevelFigures,
+                 baseline_summary: LevelFigures | None = None) -> list[Outcome]:
     return [evaluate(t, summary, baseline_summary) for t in ts]
 
 
@@ -466,8 +470,8 @@ class LevelJudgement:
     outcomes: list[Outcome]
 
 
-def judge(thresholds: Mapping[str, Sequence[str]], cand: Mapping[str, Mapping[str, Any]],
-          base: Mapping[str, Mapping[str, Any]] | None = None) -> list[LevelJudgement]:
+def judge(thresholds: Mapping[str, Sequence[str]], cand: Mapping[str, LevelFigures],
+          base: Mapping[str, LevelFigures] | None = None) -> list[LevelJudgement]:
     """Every threshold on every level of `cand` (per-level summaries); `base` is the A/B baseline's
     median run per level (its presence says the candidate is a median run too)."""
     if not thresholds:

@@ -16,8 +16,10 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from loadgate.analysis.figures import ab_figures
+from loadgate.analysis.thresholds import ThresholdError, parse
 from loadgate.config.knob import knob
 from loadgate.config.simconfig import SimConfig
+from loadgate.config.typed_yaml import json_schema, line_of_key, load_dataclass_file
 from loadgate.engine.adapters import API
 from loadgate.errors import ProfileError
 from loadgate.exactness.contract import Contract
@@ -332,8 +334,6 @@ class Profile:
                 why = f"cannot read ({e.strerror or e})"
             line = None
             if self.path:
-                from loadgate.config.typed_yaml import line_of_key
-
                 line = line_of_key(Path(self.path), key)
             raise ProfileError(self.path or "profile", line, key, f"{why}: {p}")
 
@@ -342,8 +342,6 @@ class Profile:
         return self.target.metrics_url or base + "/metrics"
 
     def check(self) -> list[tuple[str, str]]:
-        from loadgate.analysis.thresholds import ThresholdError, parse
-
         for metric, texts in self.thresholds.items():
             for k, text in enumerate(texts):
                 try:
@@ -365,12 +363,8 @@ def _dist_files(key: str, d: Distribution) -> list[tuple[str, str]]:
 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file; raises ProfileError with file, line, key and reason."""
-    from loadgate.config.typed_yaml import load_dataclass_file
-
     return load_dataclass_file(Profile, Path(path))
 
 
 def profile_json_schema() -> dict[str, Any]:
-    from loadgate.config.typed_yaml import json_schema
-
     return json_schema(Profile, title="loadgate profile")

@@ -19,6 +19,7 @@ import aiohttp
 import orjson
 
 from loadgate.config.profile import is_http_url
+from loadgate.engine.adapters import ADAPTERS
 from loadgate.errors import UsageError
 from loadgate.exactness.baseline import Baseline, case_record, seq_output
 from loadgate.exactness.check import CheckResult
@@ -70,8 +71,6 @@ def load_bundle(path: Path) -> dict[str, Any]:
     shape = {"route": str, "request": dict, "baseline": dict, "case": str, "scenario": dict}
     bad = [k for k, t in shape.items() if not isinstance(doc.get(k), t)]
     if not bad:
-        from loadgate.engine.adapters import ADAPTERS
-
         sc = doc["scenario"]
         checks = {"scenario.name": isinstance(sc.get("name"), str),
                   "scenario.in_flight_when_sent": isinstance(sc.get("in_flight_when_sent"), int),

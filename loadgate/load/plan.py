@@ -16,6 +16,7 @@ import numpy as np
 import orjson
 
 from loadgate.config.profile import Load, Profile, Workload
+from loadgate.engine.adapters import CHAT_APIS
 from loadgate.errors import UsageError
 from loadgate.load.workload.lengths import draw_lengths
 
@@ -181,8 +182,6 @@ def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int
 def trace_of(profile: Profile, pool: np.ndarray | None = None) -> _TraceRequests:
     """The profile's trace, every line checked (without a pool: only checked, as by `validate`).
     Token ids cannot go to a chat API, which takes text: such a trace is refused here."""
-    from loadgate.engine.adapters import CHAT_APIS
-
     w = profile.workload
     assert w.trace is not None
     t = _TraceRequests(profile.resolve(w.trace), w.requests, profile.seed,

@@ -30,6 +30,7 @@ from typing import Any
 
 import loadgate.errors as errors
 from loadgate.config.profile import Profile
+from loadgate.engine.connect import run_async
 from loadgate.engine.http import make_session
 from loadgate.load.executors import ClosedLoop, OpenLoop
 from loadgate.load.health import HealthMonitor
@@ -186,8 +187,6 @@ def _worker_error(j: int, kind: str, message: str) -> Exception:
 
 def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any, outbox: Any,
             counter: Any, done: Any) -> None:
-    from loadgate.engine.connect import run_async  # the child process's own loop
-
     try:
         run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done))
     except BaseException as e:  # reported to the parent, which prints one line; no traceback here

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgate.analysis.figures import ADJUSTED, figure, table_rows
-from loadgate.analysis.summary import build_summary
+from loadgate.analysis.summary import LevelSummary, Summary, build_summary
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
 from loadgate.report import plots
@@ -47,11 +47,11 @@ _CAPTIONS = {
 }
 
 
-def level_table_html(s: Mapping[str, Any]) -> str:
+def level_table_html(s: LevelSummary) -> str:
     """One level's metrics as an HTML table: metric, unit, n, p50, p90, p99, mean."""
     rows = []
     for name in table_rows():
-        m = (s.get("metrics") or {}).get(name)
+        m = s.metrics.get(name)
         if m is None:
             continue
         base = name.removesuffix(ADJUSTED)
@@ -63,24 +63,24 @@ def level_table_html(s: Mapping[str, Any]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _level_facts(s: Mapping[str, Any]) -> str:
+def _level_facts(s: LevelSummary) -> str:
     """Requests, errors, throughput, goodput, acceptance and validity of one level, as a list."""
-    t = s.get("throughput") or {}
-    errs = ", ".join(f"{k} {v}" for k, v in sorted((s.get("errors") or {}).items())) or "none"
-    items = [f"{s.get('requests')} requests, {s.get('succeeded')} succeeded, {s.get('failed')} failed "
+    t = s.throughput
+    errs = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none"
+    items = [f"{s.requests} requests, {s.succeeded} succeeded, {s.failed} failed "
              f"(errors: {escape(errs)})",
-             f"output throughput {fmt(t.get('output_token_throughput'), 1)} tok/s · input "
-             f"{fmt(t.get('input_token_throughput'), 1)} tok/s · requests "
-             f"{fmt(t.get('request_throughput'))} /s · window {fmt(t.get('window_s'))} s"]
-    g = s.get("goodput")
+             f"output throughput {fmt(t.output_token_throughput, 1)} tok/s · input "
+             f"{fmt(t.input_token_throughput, 1)} tok/s · requests "
+             f"{fmt(t.request_throughput)} /s · window {fmt(t.window_s)} s"]
+    g = s.goodput
     if g:
-        slo = ", ".join(f"{k} ≤ {v:g}" for k, v in g["slo_ms"].items())
-        items.append(f"goodput {fmt(g.get('goodput_rps'))} req/s ({g['fraction']:.1%} of requests met "
+        slo = ", ".join(f"{k} ≤ {v:g}" for k, v in g.slo_ms.items())
+        items.append(f"goodput {fmt(g.goodput_rps)} req/s ({g.fraction:.1%} of requests met "
                      f"{escape(slo)})")
-    pr = (s.get("acceptance") or {}).get("per_request")
+    pr = s.acceptance.per_request
     if pr and pr.get("acceptance_length") is not None:
         items.append(f"acceptance length {fmt(pr['acceptance_length'], 3)} ({escape(str(pr.get('source')))})")
-    for msg in s.get("invalid") or []:
+    for msg in s.invalid:
         items.append(f'<span class="bad">INVALID: {escape(msg)}</span>')
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
@@ -123,15 +123,15 @@ def _level_label(load: str, level: str) -> str:
     return f"rate {level}/s" if load == "rate" else f"concurrency {level}"
 
 
-def _by_level(run_dir: Path, summary: Mapping[str, Any]) -> dict[str, list[Record]]:
-    groups: dict[str, list[Record]] = {lv: [] for lv in summary["levels"]}
+def _by_level(run_dir: Path, summary: Summary) -> dict[str, list[Record]]:
+    groups: dict[str, list[Record]] = {lv: [] for lv in summary.levels}
     for r in read_records(run_dir / "records.jsonl"):
         groups.setdefault(str(r.level), []).append(r)
     return groups
 
 
 def _make_plots(series: Mapping[str, Sequence[Record]],
-                sweeps: Mapping[str, list[tuple[float, dict[str, Any]]]], slo: Mapping[str, Any] | None,
+                sweeps: Mapping[str, list[tuple[float, LevelSummary]]], slo: Mapping[str, Any] | None,
                 x_label: str, plot_dir: Path) -> list[tuple[str, Path]]:
     """Write every applicable plot into `plot_dir`; (name, path) in display order."""
     made = []
@@ -149,16 +149,16 @@ def _page(title: str, body: str) -> str:
             f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>\n")
 
 
-def _tables(summary: Mapping[str, Any], *, side_by_side: bool = False) -> str:
+def _tables(summary: Summary, *, side_by_side: bool = False) -> str:
     """Each level's facts and metric table; levels side by side (wrapping) when asked."""
-    load = summary.get("load", "concurrency")
+    load = summary.load
     blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s)}{level_table_html(s)}</div>"
-              for lv, s in summary["levels"].items()]
+              for lv, s in summary.levels.items()]
     return f'<div class="cols">{"".join(blocks)}</div>' if side_by_side else "".join(blocks)
 
 
-def _sweep_pairs(summary: Mapping[str, Any]) -> list[tuple[float, dict[str, Any]]]:
-    return [(float(lv), s) for lv, s in summary["levels"].items()]
+def _sweep_pairs(summary: Summary) -> list[tuple[float, LevelSummary]]:
+    return [(float(lv), s) for lv, s in summary.levels.items()]
 
 
 def write_html(run_dir: Path, out: Path | None = None) -> Path:
@@ -169,27 +169,27 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
     out = Path(out) if out is not None else run_dir / "report.html"
     summary = build_summary(run_dir)
     meta = load_json(run_dir / "meta.json")
-    load = summary.get("load", "concurrency")
+    load = summary.load
     groups = _by_level(run_dir, summary)
     series = {_level_label(load, lv): recs for lv, recs in groups.items()}
     made = _make_plots(series, {"": _sweep_pairs(summary)}, (meta.get("profile") or {}).get("slo"), _axis_label(load),
                        run_dir / "plots")
-    status = ('<span class="good">valid</span>' if summary.get("valid") else '<span class="bad">INVALID</span>')
-    if summary.get("attestation"):
-        att = summary["attestation"]
+    status = ('<span class="good">valid</span>' if summary.valid else '<span class="bad">INVALID</span>')
+    if summary.attestation:
+        att = summary.attestation
         backing = f"attested configuration (fingerprint {escape(str(att.get('fingerprint_hash', ''))[:16])})"
     else:
         backing = ('<span class="bad">UNVERIFIED: no exactness check backs these figures</span>'
-                   if summary.get("unverified") else "")
-    body = (f"<h1>loadgate run {escape(summary['run_id'])}</h1>"
-            f"<p class=\"meta\">model <b>{escape(str(summary.get('model')))}</b> · api {escape(str(summary.get('api')))}"
-            f" · engine {escape(_host(meta.get('engine_url')))} · loadgate {escape(str(summary.get('loadgate')))}"
+                   if summary.unverified else "")
+    body = (f"<h1>loadgate run {escape(summary.run_id)}</h1>"
+            f"<p class=\"meta\">model <b>{escape(str(summary.model))}</b> · api {escape(str(summary.api))}"
+            f" · engine {escape(_host(meta.get('engine_url')))} · loadgate {escape(str(summary.loadgate))}"
             f" · measurement {status}{' · ' + backing if backing else ''}</p>"
             + _exactness_html(run_dir / "exactness.json")
             + "<h2>Plots</h2>" + "".join(_img(p, name) for name, p in made)
             + "<h2>Summary</h2>" + _tables(summary, side_by_side=True))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(_page(f"loadgate {summary['run_id']}", body), encoding="utf-8")
+    out.write_text(_page(f"loadgate {summary.run_id}", body), encoding="utf-8")
     return out
 
 
@@ -199,21 +199,21 @@ def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
     `<out stem>-plots/` beside `out`, and the runs' level tables side by side. Returns `out`."""
     out = Path(out)
     series: dict[str, list[Record]] = {}
-    sweeps: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+    sweeps: dict[str, list[tuple[float, LevelSummary]]] = {}
     columns, loads, slo = [], set(), None
     for label, run_dir in labelled.items():
         run_dir = Path(run_dir)
         summary = build_summary(run_dir)
         meta = load_json(run_dir / "meta.json")
         slo = slo or (meta.get("profile") or {}).get("slo")
-        load = summary.get("load", "concurrency")
+        load = summary.load
         loads.add(load)
         groups = _by_level(run_dir, summary)
         for lv, recs in groups.items():
             series[label if len(groups) == 1 else f"{label} · {_level_label(load, lv)}"] = recs
         sweeps[label] = _sweep_pairs(summary)
-        columns.append(f"<div><h3>{escape(label)}</h3><p class=\"meta\">run {escape(summary['run_id'])} · model "
-                       f"{escape(str(summary.get('model')))}</p>{_tables(summary)}"
+        columns.append(f"<div><h3>{escape(label)}</h3><p class=\"meta\">run {escape(summary.run_id)} · model "
+                       f"{escape(str(summary.model))}</p>{_tables(summary)}"
                        f"{_exactness_html(run_dir / 'exactness.json')}</div>")
     x_label = _axis_label(loads.pop()) if len(loads) == 1 else "load level"
     made = _make_plots(series, sweeps, slo, x_label, out.parent / f"{out.stem}-plots")

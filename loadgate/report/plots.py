@@ -21,6 +21,7 @@ import numpy as np
 
 from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import stats
+from loadgate.analysis.summary import LevelSummary
 from loadgate.errors import UsageError
 from loadgate.records import Record
 
@@ -303,13 +304,13 @@ def tokens_per_chunk(runs: Mapping[str, Sequence[Record]], out: Path) -> Path:
     return out
 
 
-def _p(s: dict[str, Any], metric: str, q: str) -> float:
-    m = (s.get("metrics") or {}).get(metric) or {}
+def _p(s: LevelSummary, metric: str, q: str) -> float:
+    m = s.metrics.get(metric) or {}
     v = m.get(q)
     return float("nan") if v is None or (isinstance(v, float) and math.isinf(v)) else float(v)
 
 
-def sweep(levels: Sequence[tuple[float, dict[str, Any]]] | Mapping[str, Sequence[tuple[float, dict[str, Any]]]],
+def sweep(levels: Sequence[tuple[float, LevelSummary]] | Mapping[str, Sequence[tuple[float, LevelSummary]]],
           out: Path, slo: Mapping[str, float | None] | None = None, *, x_label: str = "concurrency") -> Path:
     """A load sweep from (level, level_summary) pairs: output token throughput, TTFT p99, and
     per-token latency p99 (ITL solid, TPOT dashed) against the level, one panel each; SLO
@@ -326,7 +327,7 @@ def sweep(levels: Sequence[tuple[float, dict[str, Any]]] | Mapping[str, Sequence
             x = [lv for lv, _ in pairs]
             xs_all.update(x)
             tag = f"{label} " if label else ""
-            tp = [float("nan") if (v := (s.get("throughput") or {}).get("output_token_throughput")) is None
+            tp = [float("nan") if (v := s.throughput.output_token_throughput) is None
                   else float(v) for _, s in pairs]
             ax_tp.plot(x, tp, color=color, marker="o", lw=1.8, label=label or None)
             ax_ttft.plot(x, [_p(s, "ttft", "p99") for _, s in pairs], color=color, marker="o", lw=1.8,

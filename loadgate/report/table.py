@@ -1,4 +1,4 @@
-"""Console tables of a run summary (tabulate). Pure: summary dict in, text out."""
+"""Console tables of a run summary (tabulate). Pure: a `Summary` in, text out."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from loadgate.analysis.figures import ADJUSTED, figure, table_rows
+from loadgate.analysis.summary import Acceptance, LevelSummary, Summary, TokenCounts
 
 COLUMNS = ("p50", "p90", "p99")
 
@@ -25,10 +26,10 @@ def fmt(v: Any, digits: int = 2) -> str:
     return f"{v:,.{digits}f}"
 
 
-def level_table(s: dict[str, Any]) -> str:
+def level_table(s: LevelSummary) -> str:
     rows = []
     for name in table_rows():
-        m = s["metrics"].get(name)
+        m = s.metrics.get(name)
         if m is None:
             continue
         base = name.removesuffix(ADJUSTED)
@@ -38,9 +39,9 @@ def level_table(s: dict[str, Any]) -> str:
                     disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right", "right"))
 
 
-def _acceptance_lines(a: dict[str, Any]) -> list[str]:
+def _acceptance_lines(a: Acceptance) -> list[str]:
     out = []
-    pr, ct, rc = a.get("per_request"), a.get("counters"), a.get("reconciliation")
+    pr, ct, rc = a.per_request, a.counters, a.reconciliation
     if pr:
         out.append(f"acceptance length {fmt(pr['acceptance_length'], 3)} from per-request fields ({pr['source']}): "
                    f"{pr['formula']}; {pr['accepted']} accepted / {pr['verify_steps']} verify steps")
@@ -54,91 +55,87 @@ def _acceptance_lines(a: dict[str, Any]) -> list[str]:
     return out
 
 
-def _unverified_words(tc: dict[str, Any], summary: dict[str, Any]) -> str:
+def _unverified_words(tc: TokenCounts, summary: Summary) -> str:
     """Why some prompt counts could not be checked against the plan, in words."""
-    if not tc["prompt_unverified"]:
+    if not tc.prompt_unverified:
         return ""
-    if "prompt_no_server_count" not in tc:  # summaries written before the reasons were kept apart
-        return f" ({tc['prompt_unverified']} prompts unverified: server gave no count)"
     why = []
-    if tc["prompt_no_server_count"]:
-        why.append(f"{tc['prompt_no_server_count']} without a server count")
-    if tc["prompt_not_planned"]:
-        pool = summary.get("token_pool") or {}
+    if tc.prompt_no_server_count:
+        why.append(f"{tc.prompt_no_server_count} without a server count")
+    if tc.prompt_not_planned:
+        pool = summary.token_pool or {}
         reason = ("no tokenizer: planned in words" if pool.get("exact") is False else
-                  "the chat template's token count is unknown" if summary.get("chat_template_tokens") is None
-                  and summary.get("api", "").endswith("chat") else "not planned in tokens")
-        why.append(f"{tc['prompt_not_planned']} not planned in tokens ({reason})")
+                  "the chat template's token count is unknown" if summary.chat_template_tokens is None
+                  and summary.api.endswith("chat") else "not planned in tokens")
+        why.append(f"{tc.prompt_not_planned} not planned in tokens ({reason})")
     return f" (prompts unverified: {'; '.join(why)})"
 
 
-def _count_sources(tc: dict[str, Any], summary: dict[str, Any]) -> str:
+def _count_sources(tc: TokenCounts, summary: Summary) -> str:
     """Where each token count came from: the plan's tokenizer, the server's usage, the chunks."""
-    pool = summary.get("token_pool") or {}
-    planned = pool.get("source", "unknown")
-    completion = ", ".join(f"{k} {v}" for k, v in sorted((tc.get("completion_counts_from") or {}).items()))
+    planned = (summary.token_pool or {}).get("source", "unknown")
+    completion = ", ".join(f"{k} {v}" for k, v in sorted(tc.completion_counts_from.items()))
     return (f"token count sources: prompts planned with {planned}; measured prompt counts: server usage"
             + (f"; completion counts: {completion}" if completion else ""))
 
 
-def render_summary(summary: dict[str, Any]) -> str:
+def render_summary(summary: Summary) -> str:
     out: list[str] = []
-    att = summary.get("attestation")
+    att = summary.attestation
     if att:
         out.append(f"performance of the attested configuration (fingerprint {att['fingerprint_hash'][:16]}, "
                    f"{att['contract']['tier']} against baseline {att['baseline_sha256'][:12]})")
-    elif summary.get("unverified"):
+    elif summary.unverified:
         out.append("UNVERIFIED configuration: no exactness check backs these figures")
-    for level, s in summary["levels"].items():
-        t = s["throughput"]
-        errs = ", ".join(f"{k} {v}" for k, v in sorted(s["errors"].items())) or "none"
-        out.append(f"\n{summary.get('load', 'concurrency')} {level}: {s['requests']} requests, {s['succeeded']} "
-                   f"succeeded, {s['failed']} failed (errors: {errs})")
+    for level, s in summary.levels.items():
+        t = s.throughput
+        errs = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none"
+        out.append(f"\n{summary.load} {level}: {s.requests} requests, {s.succeeded} "
+                   f"succeeded, {s.failed} failed (errors: {errs})")
         out.append(level_table(s))
-        out.append(f"output throughput {fmt(t['output_token_throughput'], 1)} tok/s · "
-                   f"input {fmt(t['input_token_throughput'], 1)} tok/s · "
-                   f"requests {fmt(t['request_throughput'], 2)} /s · window {fmt(t['window_s'], 2)} s")
-        if s.get("goodput"):
-            g = s["goodput"]
-            out.append(f"goodput {fmt(g['goodput_rps'], 2)} req/s ({g['fraction']:.1%} of requests met "
-                       + ", ".join(f"{k} <= {v:g}" for k, v in g["slo_ms"].items()) + ")")
-        out += _acceptance_lines(s.get("acceptance") or {})
-        cc = s.get("contamination")
+        out.append(f"output throughput {fmt(t.output_token_throughput, 1)} tok/s · "
+                   f"input {fmt(t.input_token_throughput, 1)} tok/s · "
+                   f"requests {fmt(t.request_throughput, 2)} /s · window {fmt(t.window_s, 2)} s")
+        if s.goodput:
+            g = s.goodput
+            out.append(f"goodput {fmt(g.goodput_rps, 2)} req/s ({g.fraction:.1%} of requests met "
+                       + ", ".join(f"{k} <= {v:g}" for k, v in g.slo_ms.items()) + ")")
+        out += _acceptance_lines(s.acceptance)
+        cc = s.contamination
         if cc:
             out.append(("contamination check passed" if cc["clean"] else "CONTAMINATION") +
                        f": server counted {fmt(cc['server_requests'], 0)} requests / "
                        f"{fmt(cc['server_generation_tokens'], 0)} generated tokens in the window, the client "
                        f"{cc['client_requests']} / {cc['client_generation_tokens']}")
-        tc = s.get("token_counts")
-        if tc:
-            out.append(f"token counts vs plan: {tc['prompt_mismatches']} prompt and {tc['completion_mismatches']} "
-                       f"completion mismatches in {tc['checked']} requests" + _unverified_words(tc, summary))
-            out.append(_count_sources(tc, summary))
-        if s.get("new_connections"):
-            out.append(f"connections: {s['new_connections']} of {s['requests']} requests opened one first "
+        tc = s.token_counts
+        out.append(f"token counts vs plan: {tc.prompt_mismatches} prompt and {tc.completion_mismatches} "
+                   f"completion mismatches in {tc.checked} requests" + _unverified_words(tc, summary))
+        out.append(_count_sources(tc, summary))
+        if s.new_connections:
+            out.append(f"connections: {s.new_connections} of {s.requests} requests opened one first "
                        "(their TTFT includes the connect: the server closed kept-alive connections, or the "
                        "warmup had fewer requests than slots)")
-        gauges = s.get("server_gauges") or {}
+        gauges = s.server_gauges or {}
         parts = [f"KV cache {v['min']:.2%}/{v['mean']:.2%}/{v['max']:.2%}" if k == "kv_cache_usage" else
                  f"{k} {fmt(v['min'], 1)}/{fmt(v['mean'], 1)}/{fmt(v['max'], 1)}" for k, v in gauges.items() if v]
         if parts:
             out.append("server (min/mean/max): " + " · ".join(parts))
-        h = s.get("client_health")
-        if h and h["loop_lag_ms"]["p99"] is not None:
-            cpu = h["client_cpu_fraction"]
-            out.append(f"client: loop lag p99 {fmt(h['loop_lag_ms']['p99'])} ms, GC pause max "
-                       f"{fmt(h['gc_pause_max_ms'])} ms, CPU {'n/a' if cpu is None else f'{cpu:.0%}'} "
-                       f"of a core, {h['workers']} worker(s)")
-        for msg in s.get("invalid") or []:
+        h = s.client_health
+        if h.loop_lag_ms["p99"] is not None:
+            cpu = h.client_cpu_fraction
+            out.append(f"client: loop lag p99 {fmt(h.loop_lag_ms['p99'])} ms, GC pause max "
+                       f"{fmt(h.gc_pause_max_ms)} ms, CPU {'n/a' if cpu is None else f'{cpu:.0%}'} "
+                       f"of a core, {h.workers} worker(s)")
+        for msg in s.invalid:
             out.append(f"INVALID: {msg}")
     return "\n".join(out)
 
 
-def capacity_table(summary: dict[str, Any], slo: dict[str, Any]) -> str:
+def capacity_table(summary: Summary, slo: dict[str, Any]) -> str:
     """For a sweep (several load levels): level -> output throughput, TTFT p99, ITL p99, and whether
     the level meets the profile's SLOs (p99 of each, failures counted as +inf), then the highest
     level that does. Empty for a single level."""
-    levels = summary["levels"]
+    levels = summary.levels
     if len(levels) < 2:
         return ""
     limits = {k: v for k, v in slo.items() if v is not None}
@@ -147,12 +144,12 @@ def capacity_table(summary: dict[str, Any], slo: dict[str, Any]) -> str:
     for lv, s in levels.items():
         meets = None
         if limits:
-            meets = all((s["metrics"][names[k]]["p99"] or float("inf")) <= v for k, v in limits.items())
+            meets = all((s.metrics[names[k]]["p99"] or float("inf")) <= v for k, v in limits.items())
             if meets:
                 best = lv
-        rows.append([lv, fmt(s["throughput"]["output_token_throughput"], 1), fmt(s["metrics"]["ttft"]["p99"]),
-                     fmt(s["metrics"]["itl"]["p99"]), "n/a" if meets is None else ("yes" if meets else "no")])
-    kind = summary.get("load", "concurrency")
+        rows.append([lv, fmt(s.throughput.output_token_throughput, 1), fmt(s.metrics["ttft"]["p99"]),
+                     fmt(s.metrics["itl"]["p99"]), "n/a" if meets is None else ("yes" if meets else "no")])
+    kind = summary.load
     out = "capacity:\n" + tabulate(rows, headers=[kind, "output tok/s", "ttft p99 ms", "itl p99 ms", "meets SLOs"],
                                     tablefmt="simple", disable_numparse=True)
     if limits:
@@ -162,16 +159,18 @@ def capacity_table(summary: dict[str, Any], slo: dict[str, Any]) -> str:
     return out
 
 
-def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
+def summary_rows(summary: Summary) -> list[list[Any]]:
     """One row per level and metric: level, metric, unit, n, p50, p90, p95, p99, p99.9, mean, min, max."""
     rows = []
-    for lv, s in summary["levels"].items():
-        for name, m in s["metrics"].items():
+    for lv, s in summary.levels.items():
+        for name, m in s.metrics.items():
             rows.append([lv, name, m["unit"], m["count"], m["p50"], m["p90"], m["p95"], m["p99"], m["p99.9"],
                          m["mean"], m["min"], m["max"]])
-        t = s["throughput"]
-        for k in ("output_token_throughput", "input_token_throughput", "request_throughput"):
-            rows.append([lv, k, "tok/s" if "token" in k else "req/s", s["succeeded"], t[k], None, None, None, None,
+        t = s.throughput
+        for k, v in (("output_token_throughput", t.output_token_throughput),
+                     ("input_token_throughput", t.input_token_throughput),
+                     ("request_throughput", t.request_throughput)):
+            rows.append([lv, k, "tok/s" if "token" in k else "req/s", s.succeeded, v, None, None, None, None,
                          None, None, None])
     return rows
 
@@ -179,13 +178,13 @@ def summary_rows(summary: dict[str, Any]) -> list[list[Any]]:
 SUMMARY_HEADERS = ["level", "metric", "unit", "n", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max"]
 
 
-def summary_markdown(summary: dict[str, Any]) -> str:
+def summary_markdown(summary: Summary) -> str:
     rows = [[*r[:4], *(fmt(v) for v in r[4:])] for r in summary_rows(summary)]
-    head = f"**{summary['run_id']}** ({summary.get('model')}, {summary.get('api')})"
+    head = f"**{summary.run_id}** ({summary.model}, {summary.api})"
     return head + "\n\n" + tabulate(rows, headers=SUMMARY_HEADERS, tablefmt="github", disable_numparse=True)
 
 
-def summary_csv(summary: dict[str, Any]) -> str:
+def summary_csv(summary: Summary) -> str:
     import csv
     import io
 

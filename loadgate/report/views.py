@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from loadgate.analysis import ab
 from loadgate.analysis.abstats import (
     FigureComparison,
     compare_figure,
@@ -17,7 +18,7 @@ from loadgate.analysis.abstats import (
     figures,
     request_level,
 )
-from loadgate.analysis.summary import build_summary
+from loadgate.analysis.summary import Summary, build_summary
 from loadgate.analysis.thresholds import render as render_thresholds
 from loadgate.analysis.thresholds import render_judged
 from loadgate.errors import UsageError
@@ -115,7 +116,7 @@ def render_judgement(run_dir: Path, j: Judgement, fmt: str, *, exactness: bool =
     summary = j.summary
     assert summary is not None
     if fmt == "json":
-        return orjson.dumps(clean({"outcome": v.to_json(), **summary}), option=orjson.OPT_INDENT_2).decode()
+        return orjson.dumps(clean({"outcome": v.to_json(), **summary.to_json()}), option=orjson.OPT_INDENT_2).decode()
     if fmt == "csv":
         return summary_csv(summary) + _csv_verdict_row(j)
     if fmt == "markdown":
@@ -123,7 +124,7 @@ def render_judgement(run_dir: Path, j: Judgement, fmt: str, *, exactness: bool =
     parts = []
     if exactness:
         parts.append(_exactness_block(run_dir))
-    if summary.get("unverified"):
+    if summary.unverified:
         parts.append("UNVERIFIED: no exactness check ran for this configuration; these figures are not a result.")
     text = render_summary(summary)
     cap = capacity_table(summary, (load_json(run_dir / "meta.json").get("profile") or {}).get("slo") or {})
@@ -156,7 +157,7 @@ def _csv_verdict_row(j: Judgement) -> str:
 _DAMAGE = (KeyError, IndexError, TypeError, AttributeError, ValueError)
 
 
-def read_summary(run_dir: Path) -> dict[str, Any]:
+def read_summary(run_dir: Path) -> Summary:
     """`build_summary`, with a folder whose files lack keys or hold the wrong shapes as a one-line
     error naming it (only reading is guarded: a bug in rendering stays a bug)."""
     try:
@@ -168,8 +169,6 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
 
 def read_ab(run_dir: Path) -> dict[str, Any]:
     """`ab.load_ab`, guarded like `read_summary`."""
-    from loadgate.analysis import ab
-
     try:
         return ab.load_ab(run_dir)
     except _DAMAGE as e:
@@ -231,14 +230,14 @@ def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureCompariso
     ra = list(read_records(a / "records.jsonl"))
     rb = list(read_records(b / "records.jsonl"))
     out = {}
-    for lv in sa["levels"]:
-        if lv not in sb["levels"]:
+    for lv in sa.levels:
+        if lv not in sb.levels:
             continue
         la = [r for r in ra if str(r.level) == lv]
         lb = [r for r in rb if str(r.level) == lv]
         comps = {}
         for name in figures():
-            c = compare_figure(name, [figure(sa["levels"][lv], name)], [figure(sb["levels"][lv], name)])
+            c = compare_figure(name, [figure(sa.levels[lv], name)], [figure(sb.levels[lv], name)])
             ci = request_level(name, la, lb) if c.ratio is not None else None
             comps[name] = dataclasses.replace(c, ci=ci) if ci else c
         out[lv] = comps
@@ -250,7 +249,7 @@ def _caveat(run: Path, j: Judgement) -> str | None:
     v = j.verdict
     if v.outcome == "invalid":
         return f"note: {run.name} is INVALID: " + "; ".join(v.invalid)
-    if v.outcome == "unverified" or (j.summary or {}).get("unverified"):
+    if v.outcome == "unverified" or (j.summary is not None and j.summary.unverified):
         return f"note: {run.name} is UNVERIFIED: no exactness check backs its figures"
     return None
 
@@ -281,7 +280,7 @@ def render_compare(runs: list[Path], fmt: str) -> str:
                      "indicative only; use an `ab` profile for run-level statistics)")
             out.append(_render_comps(comps, fmt, 1, 1, title))
     if not out and not docs:
-        raise UsageError(f"no load level in common: {ref} has {', '.join(read_summary(ref)['levels'])}; "
+        raise UsageError(f"no load level in common: {ref} has {', '.join(read_summary(ref).levels)}; "
                          f"compare runs measured at the same concurrency or rate")
     if fmt == "json":
         return orjson.dumps(clean({"comparisons": docs}), option=orjson.OPT_INDENT_2).decode()
