@@ -6,12 +6,16 @@
 | 1  | internal error (a bug in loadgate) |
 | 2  | usage or profile error |
 | 3  | engine unreachable / setup failure |
+| 4  | results could not be written (disk full, I/O error); every complete record line is kept |
+| 5  | the run folder is damaged (truncated or corrupt records); the report shows what was readable |
 | 10 | exactness failed |
 | 11 | exactness not established for this configuration (no attestation, fingerprint changed) |
 | 20 | a performance threshold failed |
 | 21 | regression against baseline |
 | 22 | comparison inconclusive |
 | 30 | measurement invalid (client was the bottleneck, token counts off plan, contamination) |
+| 130 | interrupted by SIGINT (Ctrl-C): finished records kept, summary marked interrupted |
+| 143 | interrupted by SIGTERM: the same |
 """
 
 from __future__ import annotations
@@ -45,6 +49,24 @@ class EngineError(LoadgateError):
     exit_code = 3
 
 
+class ResultsNotWritten(LoadgateError):
+    """A results file could not be written (ENOSPC, EIO, …): complete lines are kept."""
+
+    exit_code = 4
+
+
+class RunDamaged(LoadgateError):
+    exit_code = 5
+
+
+class Interrupted(LoadgateError):
+    """SIGINT (130) or SIGTERM (143) stopped the run; what finished was written."""
+
+    def __init__(self, message: str, signal_number: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signal_number
+
+
 class ExactnessFailed(LoadgateError):
     exit_code = 10
 
@@ -74,10 +96,14 @@ EXIT_CODES: dict[int, str] = {
     1: "internal error",
     2: "usage or profile error",
     3: "engine unreachable or setup failure",
+    4: "results could not be written",
+    5: "run folder damaged",
     10: "exactness failed",
     11: "exactness not established for this configuration",
     20: "a performance threshold failed",
     21: "regression against baseline",
     22: "comparison inconclusive",
     30: "measurement invalid",
+    130: "interrupted (SIGINT)",
+    143: "interrupted (SIGTERM)",
 }

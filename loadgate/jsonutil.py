@@ -1,14 +1,19 @@
-"""JSON with infinities: JSON has no +inf, so summaries write it as the string "inf"."""
+"""JSON files: infinities written as the string "inf" (JSON has none), written atomically (a temp
+file beside, then a rename: a reader never sees half a file), registered secrets masked, and a
+full disk or an I/O error reported as `ResultsNotWritten` (exit 4) naming the file."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from loadgate.errors import UsageError
+from loadgate.errors import ResultsNotWritten, UsageError
+from loadgate.secrets import redact_bytes
 
 
 def clean(x: Any) -> Any:
@@ -33,8 +38,23 @@ def _restore(x: Any) -> Any:
     return x
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temp file and a rename, secrets masked."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(redact_bytes(data))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise ResultsNotWritten(f"{path}: cannot write: {e.strerror or e}") from None
+
+
 def dump_json(path: Path, obj: Any) -> None:
-    path.write_bytes(orjson.dumps(clean(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    write_atomic(path, orjson.dumps(clean(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
 
 
 def load_json(path: Path) -> Any:

@@ -43,15 +43,17 @@ it was added (read as null). `read_records` reads both versions.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
-from loadgate.errors import UsageError
+from loadgate.errors import ResultsNotWritten, UsageError
+from loadgate.secrets import redact_bytes
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -128,7 +130,33 @@ class Record:
         fields["v"] = SCHEMA_VERSION
         fields["error"] = None if err is None else RecordError(str(err["kind"]), str(err.get("detail", "")))
         fields["spec"] = None if spec is None else SpecStats(**{k: spec.get(k) for k in _SPEC_FIELDS})
+        _check_types(fields)
         return cls(**fields)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+_INTS = ("i", "ready_ns", "start_ns", "end_ns", "output_tokens_planned")
+_OPTIONAL_INTS = ("intended_ns", "headers_ns", "status", "prompt_tokens_planned", "prompt_tokens", "completion_tokens")
+
+
+def _check_types(f: dict[str, Any]) -> None:
+    """ValueError naming the first field whose JSON type is wrong (a damaged or foreign file)."""
+    bad = [k for k in _INTS if not _is_int(f.get(k))]
+    bad += [k for k in _OPTIONAL_INTS if f.get(k) is not None and not _is_int(f[k])]
+    if not isinstance(f.get("warmup"), bool):
+        bad.append("warmup")
+    if not isinstance(f.get("level"), int | float) or isinstance(f.get("level"), bool):
+        bad.append("level")
+    for k in ("chunk_ns", "chunk_tokens"):
+        if not isinstance(f.get(k, []), list) or not all(_is_int(x) for x in f.get(k, [])):
+            bad.append(k)
+    if not bad and len(f.get("chunk_ns", [])) != len(f.get("chunk_tokens", [])):
+        bad.append("chunk_tokens (not one per chunk)")
+    if bad:
+        raise ValueError(f"wrong type for {bad[0]}")
 
 
 _FIELDS = tuple(f for f in Record.__dataclass_fields__ if f not in ("v", "error", "spec"))
@@ -136,15 +164,38 @@ _SPEC_FIELDS = tuple(SpecStats.__dataclass_fields__)
 
 
 class RecordWriter:
-    """Appends records to a JSONL file, flushing each line so nothing finished is ever lost."""
+    """Appends records to a JSONL file, one whole line per write, so nothing finished is ever lost.
+
+    Each line goes to the kernel at once (no buffer in the process: a crash loses no finished
+    request). A write that fails (disk full, I/O error) is undone back to the last complete line,
+    and `ResultsNotWritten` (exit 4) names the file: the file never holds half a line. Registered
+    secrets are masked (`loadgate.secrets`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._f: IO[bytes] = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._size = os.fstat(self._fd).st_size
+        except OSError as e:
+            raise ResultsNotWritten(f"{path}: cannot open for writing: {e.strerror or e}") from None
         self.count = 0
 
+    def _append(self, data: bytes) -> None:
+        data = redact_bytes(data)
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)  # back to the last complete line
+            raise ResultsNotWritten(f"{self.path}: cannot write a record: {e.strerror or e}; "
+                                    f"{self.count} complete record(s) kept") from None
+        self._size += len(data)
+
     def write(self, record: Record) -> None:
-        self._f.write(record.to_json())
+        self._append(record.to_json())
         self.count += 1
 
     def append_file(self, part: Path) -> int:
@@ -153,17 +204,16 @@ class RecordWriter:
         with open(part, "rb") as src:
             for line in src:
                 if line.endswith(b"\n"):
-                    self._f.write(line)
+                    self._append(line)
                     n += 1
         self.count += n
         return n
 
     def close(self) -> None:
-        try:
-            os.fsync(self._f.fileno())
-        except OSError:
-            pass
-        self._f.close()
+        with contextlib.suppress(OSError):
+            os.fsync(self._fd)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -172,25 +222,73 @@ class RecordWriter:
         self.close()
 
 
-def read_records(path: Path, *, include_warmup: bool = False) -> Iterator[Record]:
-    """Yield records from a records.jsonl (schema v1 or v2), skipping warmup ones unless asked; a
-    torn last line (a crash mid-write) is skipped."""
+@dataclass
+class Damage:
+    """What `read_records` could not read: corrupt lines (not JSON, another schema, missing
+    fields) and a last line cut short (a crash mid-write). Counted, with the first line numbers."""
+
+    corrupt: int = 0
+    lines: list[int] = field(default_factory=list)  # the first 20 corrupt line numbers
+    truncated_line: int | None = None  # the last line, when it has no newline
+
+    KEEP = 20
+
+    @property
+    def any(self) -> bool:
+        return bool(self.corrupt or self.truncated_line)
+
+    def add(self, lineno: int) -> None:
+        self.corrupt += 1
+        if len(self.lines) < self.KEEP:
+            self.lines.append(lineno)
+
+    def words(self, name: str = "records.jsonl") -> str:
+        parts = []
+        if self.corrupt:
+            more = f" and {self.corrupt - len(self.lines)} more" if self.corrupt > len(self.lines) else ""
+            parts.append(f"{self.corrupt} corrupt line(s) in {name} (line {', '.join(map(str, self.lines))}{more})")
+        if self.truncated_line:
+            parts.append(f"{name} line {self.truncated_line} cut short (a crash or a full disk mid-write)")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"corrupt": self.corrupt, "lines": self.lines, "truncated_line": self.truncated_line}
+
+
+def read_records(path: Path, *, include_warmup: bool = False, damage: Damage | None = None) -> Iterator[Record]:
+    """Yield records from a records.jsonl (schema v1 or v2), skipping warmup ones unless asked.
+
+    With `damage`, a line that cannot be read is counted there and skipped, and so is a last line
+    cut short; without, such a line is a UsageError naming it (a cut last line still ends the
+    file quietly: the reader of a live file may meet one)."""
     with open(path, "rb") as f:
         for lineno, line in enumerate(f, 1):
             if not line.endswith(b"\n"):
+                if damage is not None and line.strip():
+                    damage.truncated_line = lineno
                 break
             try:
-                obj = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                raise UsageError(f"{path}:{lineno}: not a JSON record ({e})") from None
-            if not isinstance(obj, dict) or obj.get("v") not in READABLE_VERSIONS:
-                got = obj.get("v") if isinstance(obj, dict) else None
-                raise UsageError(f"{path}:{lineno}: record schema v{got} is not supported "
-                                 f"(this loadgate reads v{', v'.join(map(str, READABLE_VERSIONS))})")
-            try:
-                rec = Record.from_json(obj)
-            except (KeyError, TypeError, AttributeError) as e:
-                raise UsageError(f"{path}:{lineno}: not a complete v{obj['v']} record ({type(e).__name__}: {e})") \
-                    from None
+                rec = _parse_line(path, lineno, line)
+            except UsageError:
+                if damage is None:
+                    raise
+                damage.add(lineno)
+                continue
             if include_warmup or not rec.warmup:
                 yield rec
+
+
+def _parse_line(path: Path, lineno: int, line: bytes) -> Record:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise UsageError(f"{path}:{lineno}: not a JSON record ({e})") from None
+    if not isinstance(obj, dict) or obj.get("v") not in READABLE_VERSIONS:
+        got = obj.get("v") if isinstance(obj, dict) else None
+        raise UsageError(f"{path}:{lineno}: record schema v{got} is not supported "
+                         f"(this loadgate reads v{', v'.join(map(str, READABLE_VERSIONS))})")
+    try:
+        return Record.from_json(obj)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise UsageError(f"{path}:{lineno}: not a complete v{obj['v']} record ({type(e).__name__}: {e})") \
+            from None

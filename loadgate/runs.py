@@ -40,7 +40,7 @@ from loadgate.gate.check import CheckOutcome, capture, check_engine, check_text,
 from loadgate.gate.fingerprint import diff, fingerprint_hash
 from loadgate.jsonutil import dump_json
 from loadgate.load.plan import Plan, build_plan, trace_of
-from loadgate.load.target import Target, TargetSpec
+from loadgate.load.target import Target, target_spec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
 from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.records import RecordWriter
@@ -152,18 +152,18 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     need_text = chat or not tp.exact
     pool = list(tp.ids)
     plan = build_plan(profile, pool)
-    spec = TargetSpec(e.base, profile.target.api, e.model, profile.target.timeout_s, stream=profile.load.stream,
-                      headers=dict(profile.target.headers), pool_text=tp.text if need_text else None,
-                      prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport)
+    spec = target_spec(profile, e.settings, e.base, e.model, timeout_s=profile.target.timeout_s,
+                       stream=profile.load.stream, pool_text=tp.text if need_text else None,
+                       prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport)
     metrics_url = profile.metrics_url(e.base)
     t0 = perf_counter_ns()
     dump_json(run_dir / "meta.json", {
-        "loadgate": __version__, "run_id": run_dir.name, "profile": dataclasses.asdict(profile),
+        "loadgate": __version__, "run_id": run_dir.name, "profile": profile.to_json(),
         "engine_url": e.base, "api": profile.target.api, "model": e.model, "t0_ns": t0,
         "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
         "levels": levels(profile), "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
         "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
-        "attestation": token.meta(), **(extra_meta or {})})
+        "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure, **(extra_meta or {})})
     server: dict[str, Any] = {}
     health: dict[str, Any] = {}
     load = profile.load
@@ -220,7 +220,7 @@ def _preflight(profile: Profile, unverified: bool) -> None:
         raise ExactnessNotEstablished(
             f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
             "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
-    profile.check_files(("workload",) if unverified else ("workload", "exactness"))
+    profile.check_files(("target", "workload") if unverified else ("target", "workload", "exactness"))
     if profile.workload.trace is not None:
         trace_of(profile)  # every line, before the exactness check
 
@@ -303,7 +303,7 @@ def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
 def check(profile: Profile, say: Say = _quiet) -> CheckOutcome:
     """`loadgate check`: the exactness check alone (report to `say`); raises ExactnessFailed (exit
     10) when it fails."""
-    profile.check_files(("exactness",))
+    profile.check_files(("target", "exactness"))
 
     async def go(run_dir: Path) -> CheckOutcome:
         async with open_engine(profile) as e:

@@ -4,7 +4,9 @@
 exactness.json, stop.json; for an A/B folder ab.json and each side's runs) and decides, the first
 that applies winning:
 
-  stop.json         the gate stopped the run (exactness failed: 10; fingerprint changed: 11; ...)
+  stop.json         the gate stopped the run (exactness failed: 10; fingerprint changed: 11), or a
+                    signal did (interrupted: 130 / 143, the figures of what finished still shown)
+  damaged      5    records.jsonl has lines that cannot be read (their numbers are named)
   invalid     30    the client was the bottleneck, token counts were off the plan, or other
                     traffic reached the server (`summary.levels.*.invalid`)
   unverified  11    measured with `--unverified`: no exactness check backs the figures
@@ -32,9 +34,10 @@ from loadgate.analysis.thresholds import LevelJudgement, judged_json
 from loadgate.analysis.thresholds import judge as judge_thresholds
 from loadgate.errors import EXIT_CODES
 from loadgate.jsonutil import dump_json, load_json
+from loadgate.records import Damage
 
 VERDICT_VERSION = 1
-OUTCOME_WORDS = {"passed": "PASSED", "invalid": "INVALID", "unverified": "UNVERIFIED", "threshold": "FAILED",
+OUTCOME_WORDS = {"passed": "PASSED", "invalid": "INVALID", "damaged": "DAMAGED", "interrupted": "INTERRUPTED", "unverified": "UNVERIFIED", "threshold": "FAILED",
                  "regressed": "REGRESSED", "inconclusive": "INCONCLUSIVE", "exactness": "EXACTNESS FAILED",
                  "not established": "NOT ESTABLISHED", "stopped": "STOPPED"}
 
@@ -129,7 +132,7 @@ def judge(run_dir: Path | str) -> Judgement:
     if (run_dir / "ab.json").exists():
         return _judge_ab(run_dir)
     stopped = _stopped(run_dir)
-    if stopped is not None:
+    if stopped is not None and (stopped.outcome != "interrupted" or not (run_dir / "meta.json").exists()):
         return Judgement(stopped)
     if not (run_dir / "records.jsonl").exists() and (checked := _exactness_of(run_dir)) is not None:
         if checked == "passed":  # `loadgate check`: nothing measured
@@ -142,6 +145,10 @@ def judge(run_dir: Path | str) -> Judgement:
     judged = judge_thresholds((meta.get("profile") or {}).get("thresholds") or {}, summary.levels)
     invalid = [p for s in summary.levels.values() for p in s.invalid]
     code, outcome, message = _decide(invalid, summary.unverified, judged, None)
+    if summary.damage:
+        code, outcome, message = 5, "damaged", "run folder damaged: " + Damage(**summary.damage).words()
+    if stopped is not None:  # interrupted: the figures of what finished, and the signal's code
+        code, outcome, message = stopped.code, stopped.outcome, stopped.message
     v = Verdict(code, outcome, message, "run", "not run" if summary.unverified else _exactness_of(run_dir),
                 invalid, judged_json(judged))
     return Judgement(v, summary=summary, thresholds=judged)

@@ -15,5 +15,8 @@ _DEFAULTS: dict[str, Any] = {
 
 
 def make_record(**fields: Any) -> Record:
-    """A record with `fields` (JSON shapes: `error` and `spec` as objects) over the defaults."""
+    """A record with `fields` (JSON shapes: `error` and `spec` as objects) over the defaults; chunks
+    given only by their token counts arrive 1 ms apart."""
+    if "chunk_tokens" in fields and "chunk_ns" not in fields:
+        fields["chunk_ns"] = [1_000_000 * (k + 1) for k in range(len(fields["chunk_tokens"]))]
     return Record.from_json({"v": 2, **_DEFAULTS, **fields})

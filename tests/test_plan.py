@@ -90,7 +90,8 @@ def test_a_text_trace_has_no_planned_prompt_count_and_is_not_a_mismatch():
     from loadgate.analysis.summary import token_check
     from tests.recs import make_record
 
-    fields = {"prompt_tokens": 5, "completion_tokens": 4, "output_tokens_planned": 4, "chunk_tokens": [4]}
+    fields = {"prompt_tokens": 5, "completion_tokens": 4, "output_tokens_planned": 4, "chunk_tokens": [4],
+              "chunk_ns": [1_000]}
     tc = token_check([make_record(**fields)], 0.0)
     assert tc.ok and tc.prompt_mismatches == 0 and tc.prompt_unverified == 1
     assert not token_check([make_record(**fields, prompt_tokens_planned=6)], 0.0).ok

@@ -188,8 +188,8 @@ def test_the_measured_phase_reuses_the_connections_its_warmup_opened(tmp_path, m
     pools: list[transport.Pool] = []
     init = transport.Pool.__init__
 
-    def keep(self: transport.Pool, url: str) -> None:
-        init(self, url)
+    def keep(self: transport.Pool, *a, **k) -> None:
+        init(self, *a, **k)
         pools.append(self)
 
     monkeypatch.setattr(transport.Pool, "__init__", keep)

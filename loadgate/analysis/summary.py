@@ -18,7 +18,7 @@ from loadgate.analysis.validity import schedule_lag, verdict
 from loadgate.config.profile import HealthBudgets
 from loadgate.engine.servermetrics import Snapshot
 from loadgate.jsonutil import load_json
-from loadgate.records import Record, read_records
+from loadgate.records import Damage, Record, read_records
 
 
 def snapshot_from_json(values: list[list[Any]]) -> Snapshot:
@@ -220,7 +220,8 @@ SUMMARY_VERSION = 2
 """2: the summary carries its version; token counts say why prompts went unverified
 (`prompt_no_server_count`, `prompt_not_planned`) and where completion counts came from; the token
 pool and the chat template's count are kept; `contamination` and `server_gauges` are always
-present (null without server metrics). Version 1 files (no `summary_version`) read the same."""
+present (null without server metrics); `damage` (unreadable record lines) and `interrupted`.
+Version 1 files (no `summary_version`) read the same."""
 
 
 @dataclass(frozen=True)
@@ -238,18 +239,23 @@ class Summary:
     unverified: bool
     token_pool: dict[str, Any] | None
     chat_template_tokens: int | None
+    damage: dict[str, Any] | None = None  # records.jsonl lines that could not be read (`records.Damage`)
+    interrupted: bool = False  # a signal stopped the run: these are the requests that finished
     summary_version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
+        """The fields of version 2 first, then those of version 1 in their order."""
         d = asdict(self)
-        return {"summary_version": d.pop("summary_version"), **d}
+        return {"summary_version": d.pop("summary_version"), "interrupted": d.pop("interrupted"),
+                "damage": d.pop("damage"), **d}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Summary:
         """From a summary.json of version 1 or 2."""
         return cls(d["run_id"], d["loadgate"], d["model"], d["api"], d.get("load", "concurrency"),
                    {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
-                   d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"))
+                   d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"),
+                   d.get("damage"), bool(d.get("interrupted")))
 
 
 def build_summary(run_dir: Path) -> Summary:
@@ -257,11 +263,14 @@ def build_summary(run_dir: Path) -> Summary:
     server = load_json(run_dir / "server.json") if (run_dir / "server.json").exists() else {}
     health = load_json(run_dir / "health.json") if (run_dir / "health.json").exists() else {}
     by_level: dict[str, list[Record]] = {str(lv): [] for lv in meta["levels"]}
-    for r in read_records(run_dir / "records.jsonl"):
+    damage = Damage()
+    for r in read_records(run_dir / "records.jsonl", damage=damage):
         by_level.setdefault(str(r.level), []).append(r)
+    stop = load_json(run_dir / "stop.json") if (run_dir / "stop.json").exists() else {}
     levels = {lv: level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"])
               for lv, recs in by_level.items()}
     return Summary(meta["run_id"], meta["loadgate"], meta["model"], meta["api"],
                    "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency", levels,
                    not any(s.invalid for s in levels.values()), meta.get("attestation"), bool(meta.get("unverified")),
-                   meta.get("token_pool"), meta.get("chat_template_tokens"))
+                   meta.get("token_pool"), meta.get("chat_template_tokens"), damage.to_json() if damage.any else None,
+                   stop.get("outcome") == "interrupted")

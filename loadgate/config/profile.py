@@ -10,6 +10,7 @@ of (key, reason) problems.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from loadgate.config.typed_yaml import json_schema, line_of_key, load_dataclass_
 from loadgate.engine.adapters import API
 from loadgate.errors import ProfileError
 from loadgate.exactness.contract import Contract
+from loadgate.secrets import redact_headers
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,37 @@ class SharedPrefix:
 
 
 @dataclass(frozen=True)
+class ResponseLimits:
+    """What the client accepts from a server, whatever it sends; a response over a limit ends
+    with a named error kind (kept in the population like every failure)."""
+
+    max_header_kib: int = knob(64, "longest response header block, KiB (header_too_large)", min=1)
+    max_response_mb: float = knob(32.0, "longest single response, MiB (response_too_large)", exclusive_min=0.0)
+    max_event_mb: float = knob(8.0, "longest single SSE event, MiB (event_too_large)", exclusive_min=0.0)
+    memory_budget_mb: float = knob(
+        512.0, "all responses in flight in one client process together, MiB (memory_budget)", exclusive_min=0.0)
+    idle_timeout_s: float | None = knob(
+        None, "end a request when no byte arrived for this long (idle_timeout); default: only "
+        "target.timeout_s", exclusive_min=0.0)
+
+
+@dataclass(frozen=True)
+class Tls:
+    """HTTPS to the engine (`https://` endpoints); paths are relative to the profile."""
+
+    ca_file: str | None = knob(None, "PEM file of the CA certificate(s) that sign the endpoint's certificate")
+    client_cert: str | None = knob(None, "PEM client certificate, for a server that requires one (with its key "
+                                   "unless client_key)")
+    client_key: str | None = knob(None, "PEM private key of client_cert")
+    insecure: bool = knob(False, "do not check the server's certificate; every report warns")
+
+    def check(self) -> list[tuple[str, str]]:
+        if self.client_key is not None and self.client_cert is None:
+            return [("client_key", "needs client_cert")]
+        return []
+
+
+@dataclass(frozen=True)
 class Target:
     """The engine under test."""
 
@@ -92,7 +125,14 @@ class Target:
                            metadata={"help": "simulator settings (only with endpoint: embedded)"})
     metrics_url: str | None = knob(None, "Prometheus /metrics URL; default: endpoint + /metrics")
     timeout_s: float = knob(600.0, "per-request timeout, seconds", exclusive_min=0.0)
-    headers: dict[str, str] = field(default_factory=dict, metadata={"help": "extra HTTP headers"})
+    headers: dict[str, str] = field(default_factory=dict, metadata={
+        "help": "extra HTTP headers; ${NAME} in a value is read from the environment at run time and never "
+                "written anywhere"})
+    api_key_env: str | None = knob(None, "environment variable holding an API key, sent as "
+                                   "`Authorization: Bearer KEY` (read at run time, never written)")
+    tls: Tls = field(default_factory=Tls, metadata={"help": "HTTPS: CA file, client certificate, insecure mode"})
+    limits: ResponseLimits = field(default_factory=ResponseLimits,
+                                   metadata={"help": "limits on what the client accepts from the server"})
     declared: dict[str, str] = field(default_factory=dict, metadata={
         "help": "configuration the engine does not serve, for the fingerprint: model revision, weight "
                 "and tokenizer hashes, engine commit, attention backend, dtype, kv dtype, GPU, driver, "
@@ -294,6 +334,14 @@ class Profile:
     output: Output = field(default_factory=Output, metadata={"help": "where results go"})
     path: str = field(default="", metadata={"internal": True})  # set by the loader: the file read
 
+    def to_json(self) -> dict[str, Any]:
+        """The profile as run folders keep it (meta.json): credential headers masked."""
+        d = dataclasses.asdict(self)
+        d["target"]["headers"] = redact_headers(self.target.headers)
+        if self.ab is not None:
+            d["ab"]["baseline"]["headers"] = redact_headers(self.ab.baseline.headers)
+        return d
+
     def resolve(self, p: str | Path) -> Path:
         """A path written in the profile: absolute, or relative to the profile file's folder (the
         working directory for a profile built in code)."""
@@ -302,8 +350,10 @@ class Profile:
 
     def files(self) -> list[tuple[str, str]]:
         """(key path, value as written) of every file the profile names."""
-        w, ex = self.workload, self.exactness
-        out = [(k, v) for k, v in (("workload.tokenizer", self.tokenizer_path), ("workload.trace", w.trace)) if v]
+        w, ex, tls = self.workload, self.exactness, self.target.tls
+        out = [(k, v) for k, v in (("target.tls.ca_file", tls.ca_file), ("target.tls.client_cert", tls.client_cert),
+                                   ("target.tls.client_key", tls.client_key)) if v]
+        out += [(k, v) for k, v in (("workload.tokenizer", self.tokenizer_path), ("workload.trace", w.trace)) if v]
         out += _dist_files("workload.input_len", w.input_len) + _dist_files("workload.output_len", w.output_len)
         if ex is not None:
             if ex.corpus:
@@ -318,7 +368,7 @@ class Profile:
         t = self.workload.tokenizer
         return None if t in ("server", "none") else t
 
-    def check_files(self, sections: tuple[str, ...] = ("workload", "exactness")) -> None:
+    def check_files(self, sections: tuple[str, ...] = ("target", "workload", "exactness")) -> None:
         """Raise a ProfileError (file, line, key) for the first file named in `sections` that is not
         there, so a run fails before it starts, not after minutes of exactness check."""
         for key, value in self.files():

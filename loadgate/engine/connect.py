@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from loadgate.config.profile import Profile
-from loadgate.engine.http import get_json, make_session
+from loadgate.engine.http import SessionSettings, get_json, make_session, refuse_proxies, session_settings
 from loadgate.errors import EngineError, UsageError
 
 T = TypeVar("T")
@@ -61,12 +61,14 @@ async def discover_model(session: aiohttp.ClientSession, base: str) -> str:
 
 @dataclass
 class Engine:
-    """A reachable engine: its base URL, a session, the model name, and the profile it serves."""
+    """A reachable engine: its base URL, a session, the model name, the profile it serves, and the
+    session settings (headers with secrets, TLS) every request to it uses."""
 
     base: str
     session: aiohttp.ClientSession
     model: str
     profile: Profile
+    settings: SessionSettings
 
     @property
     def metrics_url(self) -> str:
@@ -75,8 +77,11 @@ class Engine:
 
 @contextlib.asynccontextmanager
 async def open_engine(profile: Profile) -> AsyncIterator[Engine]:
-    async with engine_url(profile) as base, make_session(profile.target.headers) as session:
-        yield Engine(base, session, profile.target.model or await discover_model(session, base), profile)
+    settings = session_settings(profile.target, profile.resolve)
+    if profile.target.endpoint != "embedded":
+        refuse_proxies(profile.target.endpoint)
+    async with engine_url(profile) as base, make_session(settings.headers, settings.ssl_for(base)) as session:
+        yield Engine(base, session, profile.target.model or await discover_model(session, base), profile, settings)
 
 
 def reference_target(profile: Profile) -> Profile:

@@ -1,35 +1,129 @@
-"""HTTP to an engine: the aiohttp session every stage uses (`make_session`), and one JSON call
-(`get_json`) with every failure as an EngineError (exit 3) that says what failed."""
+"""HTTP to an engine: the session settings every command uses (headers with secrets from the
+environment, TLS), the aiohttp session (`make_session`), and one JSON call (`get_json`) with every
+failure as an EngineError (exit 3) that says what failed.
+
+Proxies: loadgate connects directly. A load test through a proxy would measure the proxy, so an
+`HTTP(S)_PROXY` that applies to the endpoint (not excluded by `NO_PROXY`) is refused with a line
+saying how to exclude it; loopback addresses are always reached directly.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import ssl
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
-from loadgate.errors import EngineError
+from loadgate.errors import EngineError, UsageError
+from loadgate.secrets import expand, key_from_env, redact
+
+READ_BUFSIZE = 1 << 18
+MAX_JSON_BYTES = 32 * 1024 * 1024  # introspection, /metrics, /tokenize answers
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """TLS settings with paths resolved (picklable: worker processes build their own context)."""
+
+    ca_file: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    insecure: bool = False
+
+    def context(self) -> ssl.SSLContext:
+        """The client context: the system's CAs or `ca_file`, the client certificate if any."""
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca_file)
+            if self.insecure:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            if self.client_cert:
+                ctx.load_cert_chain(self.client_cert, self.client_key)
+        except (OSError, ssl.SSLError) as e:
+            raise UsageError(f"target.tls: cannot load {self.client_cert or self.ca_file}: {e}") from None
+        return ctx
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """Headers (secrets expanded, in memory only) and TLS for one engine."""
+
+    headers: dict[str, str]
+    tls: TlsFiles
+
+    def ssl_for(self, url: str) -> ssl.SSLContext | None:
+        return self.tls.context() if urlsplit(url).scheme == "https" else None
+
+
+def session_settings(target: Any, resolve: Callable[[str], Path]) -> SessionSettings:
+    """From the profile's target: `${NAME}` in header values read from the environment, the key of
+    `api_key_env` as `Authorization: Bearer`, TLS files resolved against the profile."""
+    headers = {k: expand(v, f"target.headers.{k}") for k, v in target.headers.items()}
+    if target.api_key_env:
+        key = key_from_env(target.api_key_env)
+        if not any(k.lower() == "authorization" for k in headers):
+            headers["Authorization"] = f"Bearer {key}"
+    t = target.tls
+
+    def path(p: str | None) -> str | None:
+        return str(resolve(p)) if p else None
+
+    return SessionSettings(headers, TlsFiles(path(t.ca_file), path(t.client_cert), path(t.client_key), t.insecure))
+
+
+def refuse_proxies(url: str) -> None:
+    """UsageError when an environment proxy would carry requests to `url` (see the module doc)."""
+    u = urlsplit(url)
+    host = u.hostname or ""
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        if host == "localhost":
+            return
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(u.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(host):
+        raise UsageError(f"{u.scheme}_proxy is set ({redact(proxy)}) and would carry the requests to {host}: loadgate "
+                         f"measures the engine, not a proxy, and connects directly; add {host} to NO_PROXY or "
+                         "unset the proxy variable")
+
+
+async def _read_bounded(r: aiohttp.ClientResponse, url: str) -> bytes:
+    parts, n = [], 0
+    while chunk := await r.content.read(1 << 20):
+        n += len(chunk)
+        if n > MAX_JSON_BYTES:
+            raise EngineError(f"{url} answered more than {MAX_JSON_BYTES // 2**20} MiB")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def get_json(session: aiohttp.ClientSession, url: str, *, method: str = "GET",
                    body: dict[str, Any] | None = None, timeout_s: float = 30.0) -> Any:
     try:
         async with session.request(method, url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            data = await r.read()
+            data = await _read_bounded(r, url)
             if r.status != 200:
                 raise EngineError(f"{method} {url} answered HTTP {r.status}: {data[:200].decode('utf-8', 'replace')}")
             return orjson.loads(data)
-    except (aiohttp.ClientError, TimeoutError) as e:
+    except (aiohttp.ClientError, TimeoutError, ssl.SSLError) as e:
         raise EngineError(f"{method} {url} failed: {e or type(e).__name__}; is the engine up?") from None
     except orjson.JSONDecodeError:
         raise EngineError(f"{method} {url} did not answer JSON") from None
 
 
-READ_BUFSIZE = 1 << 18
-
-
-def make_session(headers: dict[str, str] | None = None) -> aiohttp.ClientSession:
-    """A session with an unlimited connector and an explicit read buffer."""
-    conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False, enable_cleanup_closed=True)
+def make_session(headers: dict[str, str] | None = None, ssl_context: ssl.SSLContext | None = None
+                 ) -> aiohttp.ClientSession:
+    """A session with an unlimited connector and an explicit read buffer (and the TLS context)."""
+    conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False, enable_cleanup_closed=True,
+                                ssl=ssl_context if ssl_context is not None else True)
     return aiohttp.ClientSession(connector=conn, read_bufsize=READ_BUFSIZE, headers=headers,
                                  timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)

@@ -94,7 +94,7 @@ class CaseSender:
             raw = await fetch(t, orjson.dumps(body), request_id)
         finally:
             self.in_flight -= 1
-        d = decode(t.adapter, bool(body.get("stream", True)), raw)
+        d = decode(t.adapter, bool(body.get("stream", True)), raw, t.spec.max_event_bytes)
         return Observed(case.id, body, t.url, d, order, in_flight, t.spec.api)
 
     async def send_all(self, cases: Sequence[Case], concurrency: int, tag: str) -> list[Observed]:

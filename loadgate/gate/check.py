@@ -25,7 +25,7 @@ from loadgate.exactness.report import report_text, result_json
 from loadgate.gate.attestation import attestation_doc
 from loadgate.gate.fingerprint import build, fingerprint_hash, introspect
 from loadgate.jsonutil import dump_json
-from loadgate.load.target import TargetSpec
+from loadgate.load.target import target_spec
 
 
 def exactness_of(profile: Profile) -> Exactness:
@@ -53,7 +53,7 @@ def corpus_of(profile: Profile) -> Corpus:
 
 
 def sender_for(e: Engine, ex: Exactness) -> CaseSender:
-    spec = TargetSpec(e.base, e.profile.target.api, e.model, ex.timeout_s, headers=dict(e.profile.target.headers))
+    spec = target_spec(e.profile, e.settings, e.base, e.model, timeout_s=ex.timeout_s)
     return CaseSender(spec, e.session, logprobs=ex.logprobs, seed=ex.seed)
 
 

@@ -43,7 +43,7 @@ class Recorder:
 
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
-        d = decode(self.t.adapter, self.t.spec.stream, raw)
+        d = decode(self.t.adapter, self.t.spec.stream, raw, self.t.spec.max_event_bytes)
         self.writer.write(to_record(req, raw, d, t0_ns=t0_ns, level=level, ready_ns=ready_ns,
                                     intended_ns=intended_ns, prompt_overhead=self.overhead))
         if self.on_done:

@@ -14,11 +14,21 @@ Rules implemented (spec section 9.2.6):
 - a final event not terminated by a blank line is discarded (the spec's rule) but counted in
   `SSEFramer.truncated` so callers can flag a cut stream;
 - a leading UTF-8 BOM is skipped.
+
+Bounded whatever the server sends: an event (its data lines, or one line without an end) longer
+than `max_event_bytes` raises `EventTooLarge`, and a line split over many reads is joined once,
+when it ends, not at every read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+DEFAULT_MAX_EVENT = 8 * 1024 * 1024
+
+
+class EventTooLarge(ValueError):
+    """One event (or one line) of the stream is longer than the limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +41,16 @@ class SSEEvent:
 class SSEFramer:
     """Stateful framer: call `feed(read_bytes, t_ns)` per read, in order; `events` accumulates."""
 
-    __slots__ = ("events", "_partial", "_data", "_event", "_skip_lf", "_started", "truncated")
+    __slots__ = ("events", "_partial", "_partial_len", "_data", "_data_len", "_event", "_skip_lf", "_started",
+                 "truncated", "max_event")
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT) -> None:
         self.events: list[SSEEvent] = []
-        self._partial = b""  # an incomplete line carried to the next read
+        self._partial: list[bytes] = []  # an incomplete line carried to the next read(s)
+        self._partial_len = 0
         self._data: list[bytes] = []
+        self._data_len = 0
+        self.max_event = max_event_bytes
         self._event = ""
         self._skip_lf = False  # previous read ended with CR: a leading LF belongs to it
         self._started = False
@@ -55,19 +69,32 @@ class SSEFramer:
                 chunk = chunk[1:]
         if chunk.endswith(b"\r"):
             self._skip_lf = True
-        buf = self._partial + chunk
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = buf.split(b"\n")
-        self._partial = lines.pop()  # text after the last line ending (maybe b"")
+        if b"\r" in chunk:  # (a CR ending the previous read already ended its line: see _skip_lf)
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if b"\n" not in chunk:  # no line ends here: keep the piece, join it once the line ends
+            self._partial.append(chunk)
+            self._partial_len += len(chunk)
+            self._check(0)
+            return
+        lines = chunk.split(b"\n")
+        if self._partial:
+            lines[0] = b"".join(self._partial) + lines[0]
+        rest = lines.pop()  # text after the last line ending (maybe b"")
+        self._partial, self._partial_len = ([rest], len(rest)) if rest else ([], 0)
         for line in lines:
             self._line(line, t_ns)
+        self._check(0)
+
+    def _check(self, extra: int) -> None:
+        if self._data_len + self._partial_len + extra > self.max_event:
+            raise EventTooLarge(f"an SSE event longer than {self.max_event:,} bytes (target.limits.max_event_mb)")
 
     def _line(self, line: bytes, t_ns: int) -> None:
         if not line:
             if self._data:
                 self.events.append(SSEEvent(t_ns, b"\n".join(self._data), self._event or "message"))
             self._data = []
+            self._data_len = 0
             self._event = ""
             return
         if line[:1] == b":":
@@ -77,6 +104,8 @@ class SSEFramer:
             value = value[1:]
         if name == b"data":
             self._data.append(value)
+            self._data_len += len(value) + 1
+            self._check(0)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
 
@@ -87,9 +116,11 @@ class SSEFramer:
         return self.events
 
 
-def frame_sse(reads: list[tuple[int, bytes]]) -> tuple[list[SSEEvent], bool]:
-    """Frame a whole response given as (t_ns, bytes) reads; returns (events, truncated)."""
-    f = SSEFramer()
+def frame_sse(reads: list[tuple[int, bytes]], max_event_bytes: int = DEFAULT_MAX_EVENT
+              ) -> tuple[list[SSEEvent], bool]:
+    """Frame a whole response given as (t_ns, bytes) reads; returns (events, truncated).
+    EventTooLarge for an event over `max_event_bytes`."""
+    f = SSEFramer(max_event_bytes)
     for t, b in reads:
         f.feed(b, t)
     return f.close(), f.truncated

@@ -11,15 +11,19 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from time import perf_counter_ns
+from typing import Any
 
 import aiohttp
 import orjson
 
+from loadgate.config.profile import Profile
 from loadgate.engine.adapters import adapter_for
 from loadgate.engine.adapters.base import Decoded, EngineAdapter, ErrorInfo, GenRequest
+from loadgate.engine.http import SessionSettings, TlsFiles
 from loadgate.load.plan import PlannedRequest
-from loadgate.load.sse import frame_sse
-from loadgate.load.transport import Pool, parse_response
+from loadgate.load.sse import DEFAULT_MAX_EVENT, EventTooLarge, frame_sse
+from loadgate.load.transport import Conn, Limits, Pool, Refused, parse_response
+from loadgate.secrets import register, registered
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,22 @@ class TargetSpec:
     pool_text: dict[int, str] | None = None
     prompt_overhead: int | None = 0
     transport: str = "socket"  # the hot-path client: "socket" (kernel stamps) or "aiohttp"
+    tls: TlsFiles = field(default_factory=TlsFiles)
+    limits: Limits = field(default_factory=Limits)
+    max_event_bytes: int = 8 * 1024 * 1024
+    idle_timeout_s: float | None = None
+    secrets: tuple[str, ...] = ()  # to mask in this process's files (worker processes register them)
+
+
+def target_spec(profile: Profile, settings: SessionSettings, base: str, model: str, *, timeout_s: float,
+                **kw: Any) -> TargetSpec:
+    """The spec for `profile`'s engine: its API, the session's headers and TLS, the limits."""
+    lim = profile.target.limits
+    return TargetSpec(base, profile.target.api, model, timeout_s, headers=dict(settings.headers), tls=settings.tls,
+                      limits=Limits(lim.max_header_kib * 1024, int(lim.max_response_mb * 2**20),
+                                    int(lim.memory_budget_mb * 2**20)),
+                      max_event_bytes=int(lim.max_event_mb * 2**20), idle_timeout_s=lim.idle_timeout_s,
+                      secrets=registered(), **kw)
 
 
 @dataclass
@@ -49,9 +69,12 @@ class Target:
     pool: Pool | None = field(init=False)
 
     def __post_init__(self) -> None:
+        for secret in self.spec.secrets:
+            register(secret)
         self.adapter = adapter_for(self.spec.api)
         self.url = self.spec.base_url + self.adapter.path
-        self.pool = Pool(self.url) if self.spec.transport == "socket" else None
+        ctx = self.spec.tls.context() if self.url.startswith("https:") else None
+        self.pool = Pool(self.url, self.spec.limits, ctx) if self.spec.transport == "socket" else None
 
 
 @dataclass
@@ -68,6 +91,29 @@ class Raw:
     stamp_source: str = "user"  # "kernel": SO_TIMESTAMPNS receive times; "user": when the loop read
     read_lag_max_ns: int = 0  # largest delay between a kernel stamp and the loop reading the data
     new_connection: bool | None = None  # raw transport: the request opened its connection (None: unknown)
+
+
+class IdleTimeout(Exception):
+    """No byte arrived for `idle_timeout_s`."""
+
+
+async def _until_done(conn: Conn, done: asyncio.Future[None], idle_s: float | None) -> None:
+    """Wait for the exchange to end; with `idle_s`, raise IdleTimeout once no byte arrived for
+    that long (the total timeout around it still applies)."""
+    if idle_s is None:
+        await done
+        return
+    while True:
+        quiet = (perf_counter_ns() - conn.last_read_ns) / 1e9
+        if quiet >= idle_s:
+            raise IdleTimeout
+        try:
+            await asyncio.wait_for(asyncio.shield(done), idle_s - quiet)
+            return
+        except TimeoutError:
+            if done.done():
+                done.result()
+                return
 
 
 async def fetch(t: Target, body: bytes, request_id: str) -> Raw:
@@ -90,7 +136,7 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
                 done = conn.begin()
                 try:
                     await conn.send(wire)
-                    await done
+                    await _until_done(conn, done, t.spec.idle_timeout_s)
                     pool.reuses_ok += reused
                     break
                 except (ConnectionResetError, BrokenPipeError):
@@ -103,6 +149,11 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
                     raise
     except TimeoutError:
         raw.error = ErrorInfo("timeout", f"no complete response within {t.spec.timeout_s:g} s")
+    except IdleTimeout:
+        raw.error = ErrorInfo("idle_timeout", f"no byte for {t.spec.idle_timeout_s:g} s "
+                              "(target.limits.idle_timeout_s)")
+    except Refused as e:
+        raw.error = ErrorInfo(e.kind, e.detail)
     except (ConnectionResetError, BrokenPipeError) as e:
         raw.error = ErrorInfo("disconnect", str(e))
     except OSError as e:
@@ -120,7 +171,12 @@ def finish_socket(raw: Raw) -> None:
     """Parse the stamped socket reads of a raw-transport exchange into status and payload."""
     if raw.socket_reads is None:
         return
-    resp = parse_response(raw.socket_reads)
+    try:
+        resp = parse_response(raw.socket_reads)
+    except Refused as e:
+        raw.error = raw.error or ErrorInfo(e.kind, e.detail)
+        raw.socket_reads = None
+        return
     raw.status, raw.headers_ns, raw.reads = resp.status, resp.headers_ns, resp.body
     if raw.socket_reads and raw.error is None:  # a failure keeps its own time (as with aiohttp)
         raw.end_ns = raw.socket_reads[-1][0]
@@ -158,7 +214,7 @@ async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
     return raw
 
 
-def decode(adapter: EngineAdapter, stream: bool, raw: Raw) -> Decoded:
+def decode(adapter: EngineAdapter, stream: bool, raw: Raw, max_event_bytes: int = DEFAULT_MAX_EVENT) -> Decoded:
     """Turn the kept bytes into a `Decoded` (after the request ended)."""
     finish_socket(raw)
     if raw.status is not None and raw.status != 200:
@@ -166,13 +222,15 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw) -> Decoded:
         return Decoded(error=ErrorInfo("http_status", f"HTTP {raw.status}: {body[:200].decode('utf-8', 'replace')}"))
     try:
         if stream:
-            events, truncated = frame_sse(raw.reads)
+            events, truncated = frame_sse(raw.reads, max_event_bytes)
             d = adapter.decode_stream([(e.t_ns, e.data) for e in events])
             if d.error is None and raw.error is None and truncated:
                 d.error = ErrorInfo("malformed", "stream ended inside an event")
         else:
             body = b"".join(b for _, b in raw.reads)
             d = adapter.decode_body(raw.reads[-1][0], body) if raw.reads else Decoded()
+    except EventTooLarge as e:
+        d = Decoded(error=ErrorInfo("event_too_large", str(e)))
     except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
         # a well-formed JSON answer of an unexpected shape fails this request, never the run
         d = Decoded(error=ErrorInfo("malformed", f"unexpected response shape: {type(e).__name__}: {e}"[:200]))

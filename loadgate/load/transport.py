@@ -36,12 +36,50 @@ from dataclasses import dataclass, field
 from time import perf_counter_ns
 from urllib.parse import urlsplit
 
+from loadgate.engine.adapters.base import ErrorKind
+
 _HDR_END = b"\r\n\r\n"
+READS_PER_WAKEUP = 4  # the reader returns to the loop after this many full reads, so timers still fire
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; Python does not export it
 _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
 READ_SIZE = 1 << 18
 IDLE_MARGIN_NS = 1_000_000_000  # drop an idle connection this long before the server's keep-alive timeout
 STALE_REUSES_BEFORE_GIVING_UP = 3
+
+
+class Refused(Exception):
+    """The response broke a limit or HTTP itself: ends the exchange with a named error kind
+    (header_too_large, response_too_large, memory_budget, bad_response)."""
+
+    def __init__(self, kind: ErrorKind, detail: str) -> None:
+        super().__init__(detail)
+        self.kind: ErrorKind = kind
+        self.detail = detail
+
+
+@dataclass
+class MemoryBudget:
+    """Bytes held by every in-flight response of one pool together; `limit` caps the sum."""
+
+    limit: int
+    used: int = 0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the client accepts from a server (the profile's `target.limits`, in bytes)."""
+
+    max_header_bytes: int = 64 * 1024
+    max_response_bytes: int = 32 * 1024 * 1024
+    memory_budget_bytes: int = 512 * 1024 * 1024
+
+
+def _chunk_size(line: bytes) -> int:
+    """A chunk-size line's size (extensions after ';' ignored); Refused when it is not hex."""
+    token = line.split(b";", 1)[0].strip()
+    if not token or len(token) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in token):
+        raise Refused("bad_response", f"chunk size line is not hexadecimal: {line[:40]!r}")
+    return int(token, 16)
 
 
 class ChunkWalker:
@@ -83,7 +121,7 @@ class ChunkWalker:
                 if not line:
                     self.done = True
                 continue
-            size = int(line.split(b";", 1)[0] or b"0", 16)
+            size = _chunk_size(line)
             if size == 0:
                 self.state = 2
             else:
@@ -104,9 +142,10 @@ class Response:
 
 class _Framing:
     """Per-exchange state shared by both connection kinds: the stamped reads and just enough
-    framing to know when the response ended."""
+    framing to know when the response ended; and the limits, checked as bytes arrive (a header
+    block that never ends, a response that never stops, more bytes in flight than the budget)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: Limits | None = None, budget: MemoryBudget | None = None) -> None:
         self.reads: list[tuple[int, bytes]] = []
         self.done: asyncio.Future[None] | None = None
         self.closed = False
@@ -115,65 +154,141 @@ class _Framing:
         self.idle_limit_ns: int | None = None  # from the server's `Keep-Alive: timeout=N`
         self.idle_since_ns = 0
         self.user_lag_max_ns = 0  # largest (user-space read time - stamp): how busy the loop was
+        self.last_read_ns = 0
+        self.limits = limits or Limits()
+        self.budget = budget
+        self.received = 0  # bytes of this exchange (counted against the budget until `end`)
         self._reset()
 
     def _reset(self) -> None:
-        self._head, self._mode, self._left, self._tail = b"", 0, 0, b""
+        self._head_parts: list[bytes] = []
+        self._head_len = 0
+        self._mode, self._left, self._tail = 0, 0, b""
         self._body_at = (0, 0)  # (read index, offset) where the body starts
         self._walker: ChunkWalker | None = None
         self._walked = 0
 
     def begin(self) -> asyncio.Future[None]:
+        self.end()
         self.reads = []
         self.user_lag_max_ns = 0
+        self.last_read_ns = perf_counter_ns()
         self._reset()
         self.done = asyncio.get_running_loop().create_future()
         return self.done
 
+    def end(self) -> None:
+        """The exchange's bytes no longer count against the memory budget."""
+        if self.budget is not None:
+            self.budget.used -= self.received
+        self.received = 0
+
+    def _refuse(self, kind: ErrorKind, detail: str) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(Refused(kind, detail))
+        self.abort()
+
+    def abort(self) -> None:  # pragma: no cover - each connection kind closes itself
+        raise NotImplementedError
+
     def _on_data(self, t_ns: int, data: bytes) -> None:
+        if self.done is None or self.done.done():
+            return  # bytes after the end (or after a refusal): not kept
         self.reads.append((t_ns, data))
-        if self._mode == 1:
-            # Cheap test first: a chunked message can only end with a blank line ("0\r\n\r\n"
-            # without trailers); only then walk the framing to be sure.
-            tail = self._tail + data[-7:] if len(data) < 7 else data[-7:]
-            self._tail = tail[-7:]
-            if tail.endswith(b"\r\n\r\n"):
-                self._confirm_end()
-            return
-        if self._mode == 0:
-            self._head += data
-            k = self._head.find(_HDR_END)
-            if k < 0:
+        self.last_read_ns = t_ns
+        n = len(data)
+        self.received += n
+        if self.budget is not None:
+            self.budget.used += n
+            if self.budget.used > self.budget.limit:
+                self._refuse("memory_budget", f"responses in flight hold more than "
+                             f"{self.budget.limit // 2**20} MiB together (target.limits.memory_budget_mb)")
                 return
-            self._frame(self._head[:k])
-            self._body_at = (len(self.reads) - 1, len(data) - (len(self._head) - k - 4))
-            data, self._head = self._head[k + 4:], b""
+        if self.received > self.limits.max_response_bytes:
+            self._refuse("response_too_large", f"response longer than {self.limits.max_response_bytes:,} bytes "
+                         "(target.limits.max_response_bytes)")
+            return
+        try:
+            self._frame_data(data)
+        except Refused as e:
+            self._refuse(e.kind, e.detail)
+
+    def _frame_data(self, data: bytes) -> None:
+        while True:
             if self._mode == 1:
-                self._tail = data[-7:]
-                if data.endswith(b"\r\n\r\n"):
+                # Cheap test first: a chunked message can only end with a blank line ("0\r\n\r\n"
+                # without trailers); only then walk the framing to be sure.
+                tail = self._tail + data[-7:] if len(data) < 7 else data[-7:]
+                self._tail = tail[-7:]
+                if tail.endswith(b"\r\n\r\n"):
                     self._confirm_end()
                 return
-        if self._mode == 2:
-            self._left -= len(data)
-            if self._left <= 0:
-                self._finish()
+            if self._mode == 2:
+                self._left -= len(data)
+                if self._left <= 0:
+                    self._finish()
+                return
+            if self._mode == 3:
+                return
+            # mode 0: the header block; only the new bytes (and 3 before them) are searched
+            prev = self._head_parts[-1][-3:] if self._head_parts else b""
+            k = (prev + data).find(_HDR_END)
+            if k < 0:
+                self._head_parts.append(data)
+                self._head_len += len(data)
+                if self._head_len > self.limits.max_header_bytes:
+                    raise Refused("header_too_large", f"response headers longer than "
+                                  f"{self.limits.max_header_bytes:,} bytes (target.limits.max_header_bytes)")
+                return
+            k -= len(prev)  # where the terminator starts in `data` (may be negative: it began before)
+            head = b"".join(self._head_parts) + data[:k + 4]
+            if len(head) > self.limits.max_header_bytes + 4:
+                raise Refused("header_too_large", f"response headers longer than "
+                              f"{self.limits.max_header_bytes:,} bytes (target.limits.max_header_bytes)")
+            rest = data[k + 4:]
+            self._head_parts, self._head_len = [], 0
+            if self._frame(head[:-4]):  # an interim 1xx response: the real one follows
+                data = rest
+                if not data:
+                    return
+                continue
+            self._body_at = (len(self.reads) - 1, len(self.reads[-1][1]) - len(rest))
+            if self._mode in (0, 3) or self.done is None or self.done.done():
+                return
+            data = rest
+            if self._mode == 1:
+                self._tail = b""
+            if not data:
+                return
 
-    def _frame(self, head: bytes) -> None:
+    def _frame(self, head: bytes) -> bool:
+        """Read the framing of one header block; True when it was an interim (1xx) response."""
+        status = head[9:12]
+        if not head.startswith(b"HTTP/1.") or not status.isdigit():
+            raise Refused("bad_response", f"not an HTTP/1.x status line: {head[:40]!r}")
+        if status[:1] == b"1" and status != b"101":
+            return True  # 100 Continue, 103 Early Hints, ...: skipped, as HTTP/1.1 says
         low = head.lower()
         self.head = low  # kept for `reusable()`, parsed after the exchange, not on the read path
         if b"transfer-encoding: chunked" in low:
             self._mode = 1
-            return
+            return False
         k = low.find(b"content-length:")
         if k >= 0:
+            value = low[k + 15:].split(b"\r\n", 1)[0].strip()
+            if not value.isdigit():
+                raise Refused("bad_response", f"Content-Length is not a number: {value[:20]!r}")
             self._mode = 2
-            self._left = int(low[k + 15:].split(b"\r\n", 1)[0].strip())
+            self._left = int(value)
+            if self._left > self.limits.max_response_bytes:
+                raise Refused("response_too_large", f"Content-Length {self._left:,} is over "
+                              f"{self.limits.max_response_bytes:,} bytes (target.limits.max_response_bytes)")
         else:
             self._mode = 3
             self.keep_alive = False  # the body ends when the server closes
-        status = head[9:12]
         if status in (b"204", b"304") or (self._mode == 2 and self._left == 0):
             self._finish()
+        return False
 
     def reusable(self) -> bool:
         """After the exchange: whether the server lets this connection carry another request (and
@@ -235,13 +350,15 @@ class SocketConn(_Framing):
 
     stamp_source = "kernel"
 
-    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__()
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, limits: Limits | None = None,
+                 budget: MemoryBudget | None = None) -> None:
+        super().__init__(limits, budget)
         self.sock, self.loop = sock, loop
         self._reading = False
 
     @classmethod
-    async def open(cls, host: str, port: int) -> SocketConn:
+    async def open(cls, host: str, port: int, limits: Limits | None = None,
+                   budget: MemoryBudget | None = None) -> SocketConn:
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         family, stype, proto, _, addr = infos[0]
@@ -257,7 +374,7 @@ class SocketConn(_Framing):
         except BaseException:
             sock.close()
             raise
-        return cls(sock, loop)
+        return cls(sock, loop, limits, budget)
 
     async def send(self, data: bytes) -> None:
         if not self._reading:
@@ -267,7 +384,9 @@ class SocketConn(_Framing):
 
     def _readable(self) -> None:
         recvmsg, now = self.sock.recvmsg, perf_counter_ns
-        while True:
+        for _ in range(READS_PER_WAKEUP):  # then back to the loop: its timers (timeouts) run
+            if self.closed:
+                return
             try:
                 data, anc, _, _ = recvmsg(READ_SIZE, 64)
             except (BlockingIOError, InterruptedError):
@@ -298,6 +417,10 @@ class SocketConn(_Framing):
             self.loop.remove_reader(self.sock.fileno())
             self._reading = False
 
+    def abort(self) -> None:
+        """Refused mid-response: close at once (the rest of the response is not read)."""
+        self.close()
+
     def idle(self) -> None:
         """Between exchanges: stop watching the socket (a close is noticed at the next use)."""
         self._stop_reading()
@@ -317,6 +440,7 @@ class SocketConn(_Framing):
     def close(self) -> None:
         self._stop_reading()
         self.closed = True
+        self.end()
         self.sock.close()
 
 
@@ -325,8 +449,8 @@ class ProtocolConn(_Framing, asyncio.Protocol):
 
     stamp_source = "user"
 
-    def __init__(self) -> None:
-        _Framing.__init__(self)
+    def __init__(self, limits: Limits | None = None, budget: MemoryBudget | None = None) -> None:
+        _Framing.__init__(self, limits, budget)
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -348,8 +472,15 @@ class ProtocolConn(_Framing, asyncio.Protocol):
     def alive(self) -> bool:
         return not self.closed and self.transport is not None and not self.transport.is_closing()
 
+    def abort(self) -> None:
+        self.closed = True
+        self.end()
+        if self.transport is not None:
+            self.transport.abort()
+
     def close(self) -> None:
         self.closed = True
+        self.end()
         if self.transport is not None:
             self.transport.close()
 
@@ -358,27 +489,34 @@ Conn = SocketConn | ProtocolConn
 
 
 def parse_response(reads: list[tuple[int, bytes]]) -> Response:
-    """Parse stamped raw reads (after the exchange) into status, headers and stamped payload."""
+    """Parse stamped raw reads (after the exchange) into status, headers and stamped payload;
+    interim 1xx responses are skipped. Refused ("bad_response") for framing that is not HTTP."""
     r = Response()
-    head = b""
-    k, idx = -1, 0
-    while idx < len(reads):
-        t, data = reads[idx]
-        head += data
-        k = head.find(_HDR_END)
-        if k >= 0:
-            r.headers_ns = t
-            break
-        idx += 1
-    if k < 0:
-        return r
-    lines = head[:k].decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    r.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    pieces = list(reads)
+    while True:
+        head = b""
+        k, idx = -1, 0
+        while idx < len(pieces):
+            t, data = pieces[idx]
+            head += data
+            k = head.find(_HDR_END)
+            if k >= 0:
+                r.headers_ns = t
+                break
+            idx += 1
+        if k < 0:
+            return r
+        lines = head[:k].decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        r.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+        rest = [(pieces[idx][0], head[k + 4:])] + pieces[idx + 1:]
+        if r.status is not None and 100 <= r.status < 200 and r.status != 101:
+            pieces = [p for p in rest if p[1]]  # an interim response: the real one follows
+            continue
+        break
     for line in lines[1:]:
         name, _, value = line.partition(":")
         r.headers[name.strip().lower()] = value.strip()
-    rest = [(reads[idx][0], head[k + 4:])] + reads[idx + 1:]
     if "chunked" in r.headers.get("transfer-encoding", "").lower():
         w = ChunkWalker(collect=True)
         for t, data in rest:
@@ -386,7 +524,10 @@ def parse_response(reads: list[tuple[int, bytes]]) -> Response:
                 r.body.append((t, piece))
         r.complete = w.done
     else:
-        want = int(r.headers["content-length"]) if "content-length" in r.headers else None
+        cl = r.headers.get("content-length")
+        if cl is not None and not cl.isdigit():
+            raise Refused("bad_response", f"Content-Length is not a number: {cl[:20]!r}")
+        want = int(cl) if cl is not None else None
         got = 0
         for t, data in rest:
             if want is not None:
@@ -399,13 +540,18 @@ def parse_response(reads: list[tuple[int, bytes]]) -> Response:
 
 
 class Pool:
-    """Keep-alive connections to one origin, created on demand, never limited in number."""
+    """Keep-alive connections to one origin, created on demand, never limited in number; every
+    response checked against `limits`, and all in flight together against the memory budget."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, limits: Limits | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         u = urlsplit(url)
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or (443 if u.scheme == "https" else 80)
-        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if u.scheme == "https" else None
+        self.ssl: ssl.SSLContext | None = None
+        if u.scheme == "https":
+            self.ssl = ssl_context or ssl.create_default_context()
+        self.limits = limits or Limits()
+        self.budget = MemoryBudget(self.limits.memory_budget_bytes)
         self.path = (u.path or "/") + (f"?{u.query}" if u.query else "")
         self.idle: list[Conn] = []
         self.opened = 0  # connections made so far (a measured phase should make none after its warmup)
@@ -430,9 +576,10 @@ class Pool:
     async def _open(self) -> Conn:
         self.opened += 1
         if self.ssl is None:
-            return await SocketConn.open(self.host, self.port)
+            return await SocketConn.open(self.host, self.port, self.limits, self.budget)
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(ProtocolConn, self.host, self.port, ssl=self.ssl)
+        _, conn = await loop.create_connection(lambda: ProtocolConn(self.limits, self.budget), self.host, self.port,
+                                               ssl=self.ssl)
         return conn
 
     @property
@@ -440,6 +587,7 @@ class Pool:
         return self.reuses_ok > 0 or self.reuses_stale < STALE_REUSES_BEFORE_GIVING_UP
 
     def release(self, c: Conn, reusable: bool) -> None:
+        c.end()
         if reusable and self.reusing and c.reusable():
             c.idle()
             c.idle_since_ns = perf_counter_ns()

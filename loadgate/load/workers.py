@@ -203,7 +203,8 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
         with done.get_lock():
             done.value += 1
 
-    async with make_session(spec.headers) as session:
+    ssl_context = spec.tls.context() if spec.base_url.startswith("https:") else None
+    async with make_session(spec.headers, ssl_context) as session:
         target = Target(spec, session)  # one pool for every phase this worker runs
         try:
             while (msg := await loop.run_in_executor(None, inbox.get)) is not None:

@@ -15,9 +15,13 @@ import orjson
 # Where a chunk's token count came from, strongest first.
 TokenSource = Literal["ids", "usage", "meta_info", "logprobs", "one_per_chunk"]
 
-# Kinds of failure, each counted separately in reports.
-ErrorKind = Literal["http_status", "timeout", "disconnect", "malformed", "error_event", "connect",
-                    "empty"]
+# Kinds of failure, each counted separately in reports. The limits a hostile or broken server
+# meets: header_too_large, response_too_large, event_too_large, memory_budget (all responses in
+# flight together), bad_response (not HTTP), idle_timeout (no byte for target.limits.idle_timeout_s);
+# cancelled: a signal stopped the run while the request was in flight.
+ErrorKind = Literal["http_status", "timeout", "disconnect", "malformed", "error_event", "connect", "empty",
+                    "header_too_large", "response_too_large", "event_too_large", "memory_budget", "bad_response",
+                    "idle_timeout", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
