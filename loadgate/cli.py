@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Sequence
 
 import click
 
 from loadgate import commands
 from loadgate.errors import EXIT_CODES, LoadgateError
+from loadgate.secrets import redact
 from loadgate.version import __version__
 
 
@@ -122,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.main(args=list(argv) if argv is not None else None, prog_name="loadgate",
                  standalone_mode=False)
     except LoadgateError as e:
-        click.echo(f"loadgate: {e.message}", err=True)
+        click.echo(f"loadgate: {redact(e.message)}", err=True)
         return e.exit_code
     except click.exceptions.Exit as e:
         return e.exit_code
@@ -137,10 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except SystemExit as e:
         return int(e.code or 0) if not isinstance(e.code, str) else 1
-    except Exception as e:  # a bug in loadgate: one line, the traceback only on request
+    except Exception as e:  # a bug in loadgate: one line, the traceback only on request (secrets masked)
         if os.environ.get("LOADGATE_DEBUG"):
-            raise
-        click.echo(f"loadgate: internal error: {type(e).__name__}: {e} (set LOADGATE_DEBUG=1 for the traceback)",
-                   err=True)
+            click.echo(redact(traceback.format_exc()), err=True, nl=False)
+        click.echo(redact(f"loadgate: internal error: {type(e).__name__}: {e}")
+                   + ("" if os.environ.get("LOADGATE_DEBUG") else " (set LOADGATE_DEBUG=1 for the traceback)"), err=True)
         return 1
     return 0

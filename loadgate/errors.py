@@ -21,6 +21,11 @@
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """Control characters (a newline in a key someone wrote) shown escaped: a message stays one line."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 class LoadgateError(Exception):
     """Base class: a one-line message meant for the user, and an exit code."""
 
@@ -40,8 +45,8 @@ class ProfileError(UsageError):
 
     def __init__(self, file: str, line: int | None, path: str, reason: str) -> None:
         where = f"{file}:{line}" if line else file
-        key = f" {path}:" if path else ""
-        super().__init__(f"{where}:{key} {reason}")
+        key = f" {one_line(path)}:" if path else ""
+        super().__init__(f"{where}:{key} {one_line(reason)}")
         self.file, self.line, self.path, self.reason = file, line, path, reason
 
 

@@ -9,11 +9,14 @@ command layer.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
 import platform
 import random
+import resource
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager
@@ -39,6 +42,7 @@ from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.check import CheckOutcome, capture, check_engine, check_text, corpus_of, fingerprint_of
 from loadgate.gate.fingerprint import diff, fingerprint_hash
 from loadgate.jsonutil import dump_json
+from loadgate.load.executors import NEVER, StopFlag
 from loadgate.load.plan import Plan, build_plan, trace_of
 from loadgate.load.target import Target, target_spec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
@@ -134,14 +138,15 @@ async def prepare_tokens(profile: Profile, e: Engine) -> Tokens:
 
 
 async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
-                 runner: Target | WorkerGroup) -> list[dict[str, Any]]:
+                 runner: Target | WorkerGroup, stop: StopFlag) -> list[dict[str, Any]]:
     if isinstance(runner, WorkerGroup):
         return await runner.run(phase, writer, on_progress=tick)
-    return await run_phase_here(runner, plan, phase, writer, on_done=lambda: tick(1))
+    return await run_phase_here(runner, plan, phase, writer, on_done=lambda: tick(1), stop_flag=stop)
 
 
 async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
-                  progress: ProgressFactory = no_progress, extra_meta: dict[str, Any] | None = None) -> None:
+                  progress: ProgressFactory = no_progress, extra_meta: dict[str, Any] | None = None,
+                  stop: StopFlag = NEVER) -> None:
     """The performance phase: warmup, then each load level with counters scraped at the measured
     window's boundaries; writes meta.json, records.jsonl, server.json and health.json. It starts
     only with a token the gate issued for the live configuration (`policy.admit`)."""
@@ -170,15 +175,19 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     with RecordWriter(run_dir / "records.jsonl") as writer, \
             progress(len(plan) * len(levels(profile)), profile.name) as tick:
         for level in levels(profile):
+            if stop.is_set():
+                break
             tag = f"{run_dir.name}-L{level}"
             # warmup and measurement share the connections (the warmup opens them), in this process
             # or in worker processes kept for the level
             runner = Target(spec, e.session) if load.workers == 1 else \
-                WorkerGroup(spec, profile, pool, load.workers, run_dir)
+                WorkerGroup(spec, profile, pool, load.workers, run_dir, stop)
             try:
                 if plan.n_warmup:
                     await _phase(plan, Phase(plan.warmup_requests(), level, load.rate is not None, tag + "w", t0,
-                                             load.max_in_flight, warmup=True), writer, tick, runner)
+                                             load.max_in_flight, warmup=True), writer, tick, runner, stop)
+                if stop.is_set():
+                    break
                 before = await scrape(e.session, metrics_url)
                 sampler = GaugeSampler(e.session, metrics_url)
                 if before is not None:
@@ -186,7 +195,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
                 try:
                     health[str(level)] = await _phase(
                         plan, Phase(plan.measured_requests(), level, load.rate is not None, tag, t0,
-                                    load.max_in_flight, load.duration_s), writer, tick, runner)
+                                    load.max_in_flight, load.duration_s), writer, tick, runner, stop)
                 finally:
                     gauges = await sampler.stop()
                 after = await scrape(e.session, metrics_url)
@@ -213,9 +222,100 @@ async def gated(e: Engine, run_dir: Path, unverified: bool, say: Say) -> AsyncIt
             yield a
 
 
+# --- signals ------------------------------------------------------------------------------------
+
+@dataclass
+class Interruption:
+    """SIGINT / SIGTERM during a run: the first stops starting requests (`flag`), lets those in
+    flight finish for `grace_s`, then cancels the run's task; a second signal cancels at once.
+    Cancelling unwinds every `finally`: worker processes are killed, the simulator stopped, temp
+    files removed; what finished is written, and the verdict says interrupted (exit 128 + signal)."""
+
+    grace_s: float
+    task: asyncio.Task[Any] | None
+    signal: int | None = None
+    flag: StopFlag = dataclasses.field(default_factory=StopFlag)
+    timer: asyncio.TimerHandle | None = None
+
+    def on_signal(self, sig: int) -> None:
+        if self.signal is None:
+            self.signal = sig
+            self.flag.set()
+            self.timer = asyncio.get_running_loop().call_later(self.grace_s, self._cancel)
+        else:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    @property
+    def words(self) -> str:
+        name = signal.Signals(self.signal).name if self.signal else "a signal"
+        return f"interrupted by {name}: the requests that finished were written; the rest were not sent"
+
+
+@contextlib.asynccontextmanager
+async def interruptible(grace_s: float) -> AsyncIterator[Interruption]:
+    """Handle SIGINT and SIGTERM on the running loop for the block (see `Interruption`); a
+    cancellation that the signal caused ends the block quietly, `signal` says it happened."""
+    loop = asyncio.get_running_loop()
+    intr = Interruption(grace_s, asyncio.current_task())
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, intr.on_signal, sig)
+    try:
+        yield intr
+    except asyncio.CancelledError:
+        if intr.signal is None:
+            raise
+        if intr.task is not None:
+            intr.task.uncancel()
+    finally:
+        if intr.timer is not None:
+            intr.timer.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _stopped_by(intr: Interruption, run_dir: Path) -> None:
+    if intr.signal is not None:
+        write_stop(run_dir, 128 + intr.signal, intr.words, "interrupted")
+
+
 # --- loadgate run -------------------------------------------------------------------------------
 
+FD_MARGIN = 64  # files, the metrics and introspection connections, the simulator's pipes
+
+
+def open_files_needed(profile: Profile) -> int:
+    """Sockets one client process holds at most (its share of the slots), plus a margin."""
+    load = profile.load
+    if load.rate is not None:
+        slots = load.max_in_flight or max(1, int(load.rate * 10))  # uncapped open loop: ~10 s of arrivals
+    else:
+        c = load.concurrency
+        slots = max(c) if isinstance(c, tuple) else (c or 1)
+    return -(-slots // load.workers) + FD_MARGIN
+
+
+def raise_open_file_limit(needed: int) -> None:
+    """Raise the soft open-file limit to the hard one when it is below `needed`; EngineError (exit
+    3) when even the hard limit is, with the command that raises it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    if soft < needed:
+        raise EngineError(f"the open-file limit ({soft}) is below what this load needs (about {needed}: one "
+                          f"socket per request in flight, plus {FD_MARGIN}); raise it with `ulimit -n {needed}` "
+                          "(or more) before running loadgate, or lower the concurrency or use more load.workers")
+
+
 def _preflight(profile: Profile, unverified: bool) -> None:
+    raise_open_file_limit(open_files_needed(profile))
     if profile.exactness is None and not unverified:
         raise ExactnessNotEstablished(
             f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
@@ -234,12 +334,14 @@ def run(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
         return run_ab(profile, unverified=unverified, say=say, progress=progress)
 
     async def go(run_dir: Path) -> None:
-        async with open_engine(profile) as e:
-            tokens = await prepare_tokens(profile, e)
-            async with gated(e, run_dir, unverified, say) as token:
-                if isinstance(token, Attestation):
-                    say("")
-                await measure(token, e, run_dir, tokens, progress=progress)
+        async with interruptible(profile.load.grace_s) as intr:
+            async with open_engine(profile) as e:
+                tokens = await prepare_tokens(profile, e)
+                async with gated(e, run_dir, unverified, say) as token:
+                    if isinstance(token, Attestation):
+                        say("")
+                    await measure(token, e, run_dir, tokens, progress=progress, stop=intr.flag)
+        _stopped_by(intr, run_dir)
 
     with run_folder(profile) as run_dir:
         run_async(go(run_dir))
@@ -274,6 +376,11 @@ def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
         dump_json(run_dir / "ab.json", {"pairs": profile.ab.pairs if profile.ab else 0, "order": order,
                                         "sides": SIDES, "unverified": unverified,
                                         "ab": dataclasses.asdict(profile.ab) if profile.ab else {}})
+        async with interruptible(profile.load.grace_s) as intr:
+            await ab_runs(run_dir, intr)
+        _stopped_by(intr, run_dir)
+
+    async def ab_runs(run_dir: Path, intr: Interruption) -> None:
         async with open_engine(sides["A"]) as ea, open_engine(sides["B"]) as eb, \
                 contextlib.AsyncExitStack() as stack:
             engines = {"A": ea, "B": eb}
@@ -287,11 +394,13 @@ def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
                 gate_tokens[s] = await stack.enter_async_context(gated(e, d, unverified, say))
             say(f"\nruns, in this order: {' '.join(order)} (A = baseline, B = candidate)")
             for name in order:
+                if intr.flag.is_set():
+                    break
                 s = name[0]
                 d = run_dir / name
                 d.mkdir()
                 await measure(gate_tokens[s], engines[s], d, tokens[s], progress=progress,
-                              extra_meta={"ab_side": SIDES[s]})
+                              extra_meta={"ab_side": SIDES[s]}, stop=intr.flag)
 
     with run_folder(profile) as run_dir:
         run_async(go(run_dir))

@@ -23,6 +23,7 @@ from loadgate.config.profile import (
     Load,
     MixtureComponent,
     Profile,
+    is_folder_name,
     load_profile,
     profile_json_schema,
 )
@@ -258,7 +259,8 @@ def _profiles(draw: st.DrawFn) -> dict[str, Any]:
         if closed else {"rate": draw(st.floats(1e-3, 1e6, allow_nan=False)),
                         "arrival": draw(st.sampled_from(["poisson", "gamma", "constant"]))})
     return {
-        "name": draw(st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=20)),
+        "name": draw(st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=20)
+                     .filter(is_folder_name)),
         "seed": draw(st.integers(0, 2**63)),
         "target": {"api": draw(st.sampled_from(typing.get_args(typing.get_type_hints(
                        type(Profile().target))["api"]))),

@@ -241,13 +241,14 @@ class Summary:
     chat_template_tokens: int | None
     damage: dict[str, Any] | None = None  # records.jsonl lines that could not be read (`records.Damage`)
     interrupted: bool = False  # a signal stopped the run: these are the requests that finished
+    tls_insecure: bool = False  # the server's certificate was not checked (target.tls.insecure)
     summary_version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
         """The fields of version 2 first, then those of version 1 in their order."""
         d = asdict(self)
         return {"summary_version": d.pop("summary_version"), "interrupted": d.pop("interrupted"),
-                "damage": d.pop("damage"), **d}
+                "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), **d}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Summary:
@@ -255,7 +256,7 @@ class Summary:
         return cls(d["run_id"], d["loadgate"], d["model"], d["api"], d.get("load", "concurrency"),
                    {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
                    d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"),
-                   d.get("damage"), bool(d.get("interrupted")))
+                   d.get("damage"), bool(d.get("interrupted")), bool(d.get("tls_insecure")))
 
 
 def build_summary(run_dir: Path) -> Summary:
@@ -273,4 +274,4 @@ def build_summary(run_dir: Path) -> Summary:
                    "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency", levels,
                    not any(s.invalid for s in levels.values()), meta.get("attestation"), bool(meta.get("unverified")),
                    meta.get("token_pool"), meta.get("chat_template_tokens"), damage.to_json() if damage.any else None,
-                   stop.get("outcome") == "interrupted")
+                   stop.get("outcome") == "interrupted", bool(meta.get("tls_insecure")))

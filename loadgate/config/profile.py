@@ -198,6 +198,8 @@ class Load:
         "parsed the read (later by a task switch)")
     workers: int = knob(1, "client processes, each with its own event loop; raise it when the "
                         "client health check says the loop lagged", min=1, max=64)
+    grace_s: float = knob(1.0, "after SIGINT or SIGTERM, how long requests in flight may finish before they "
+                          "are cancelled (a second signal cancels at once)", min=0.0)
 
     def check(self) -> list[tuple[str, str]]:
         """Exactly one of concurrency and rate; open-loop-only knobs only with rate."""
@@ -307,10 +309,15 @@ class Output:
 
     def check(self) -> list[tuple[str, str]]:
         """The run id is one folder name."""
-        if self.run_id is not None and (not self.run_id or "/" in self.run_id or "\\" in self.run_id
-                                        or self.run_id in (".", "..")):
-            return [("run_id", f"expected a folder name (no slashes), got {self.run_id!r}")]
+        if self.run_id is not None and not is_folder_name(self.run_id):
+            return [("run_id", f"expected a folder name (no slashes, not . or ..), got {self.run_id!r}")]
         return []
+
+
+def is_folder_name(text: str) -> bool:
+    """One path segment that stays inside its parent: no separators, not `.`, `..` or empty."""
+    return bool(text) and "/" not in text and "\\" not in text and text not in (".", "..") \
+        and not text.startswith("-")
 
 
 @dataclass(frozen=True)
@@ -392,6 +399,9 @@ class Profile:
         return self.target.metrics_url or base + "/metrics"
 
     def check(self) -> list[tuple[str, str]]:
+        if not is_folder_name(self.name):
+            return [("name", f"becomes part of a run folder's name: expected no slashes, not . or .., not "
+                     f"starting with '-', got {self.name!r}")]
         for metric, texts in self.thresholds.items():
             for k, text in enumerate(texts):
                 try:

@@ -86,6 +86,12 @@ class SimConfig:
         True, "serve /tokenize and /detokenize; off, they answer 404 as most gateways and hosted "
         "OpenAI-compatible endpoints do (`loadgate sim --write-tokenizer DIR` writes the tokenizer as a "
         "Hugging Face folder instead)")
+    api_key_env: str | None = knob(
+        None, "require `Authorization: Bearer <the value of this environment variable>` on every route but "
+        "/health (401 otherwise); the key itself is never in the settings")
+    tls_cert: str | None = knob(None, "serve HTTPS with this PEM certificate (and tls_key)")
+    tls_key: str | None = knob(None, "the PEM private key of tls_cert")
+    tls_client_ca: str | None = knob(None, "with tls_cert: require a client certificate signed by this PEM CA")
     max_model_len: int = knob(32768, "longest context (prompt + output) accepted", min=16)
     max_num_seqs: int = knob(64, "most sequences in one decode step; the rest wait", min=1, max=4096)
     prefill_us_per_token: float = knob(20.0, "prefill cost per prompt token, microseconds", min=0.0)

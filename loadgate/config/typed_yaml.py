@@ -206,6 +206,9 @@ def load_dataclass(cls: type[T], data: Any, *, file: str, lines: dict[str, int])
     return _Converter(file, lines).dataclass(cls, data, "")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # in a setting: NUL, a newline in a header value, ...
+
+
 class _Converter:
     """Converts validated data into typed values; every failure becomes a ProfileError."""
 
@@ -265,11 +268,20 @@ class _Converter:
         if origin is dict:
             if not isinstance(value, dict):
                 raise self.expected(path, expect or describe(tp, meta), value)
+            bad_key = next((k for k in value if isinstance(k, str) and _CONTROL.search(k)), None)
+            if bad_key is not None:
+                raise self.fail(path, f"control character in key {show(bad_key)}: not allowed in a setting")
             return {k: self.value(args[1], v, _join(path, k), meta) for k, v in value.items()}
         if dataclasses.is_dataclass(tp):
             return self.dataclass(tp, value, path)  # type: ignore[arg-type]
         expect = expect or describe(tp, meta)
-        if tp is bool and isinstance(value, bool) or tp is str and isinstance(value, str):
+        if tp is str and isinstance(value, str):
+            bad = _CONTROL.search(value)
+            if bad is not None:
+                raise self.fail(path, f"control character {bad.group()!r} at position {bad.start()} of "
+                                f"{show(value)}: not allowed in a setting")
+            return value
+        if tp is bool and isinstance(value, bool):
             return value
         if tp is str and isinstance(value, _ExponentFloat):
             return value.text

@@ -115,7 +115,11 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, method: str = "G
                 raise EngineError(f"{method} {url} answered HTTP {r.status}: {data[:200].decode('utf-8', 'replace')}")
             return orjson.loads(data)
     except (aiohttp.ClientError, TimeoutError, ssl.SSLError) as e:
-        raise EngineError(f"{method} {url} failed: {e or type(e).__name__}; is the engine up?") from None
+        hint = "is the engine up?"
+        if url.startswith("https:") and isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+            hint = ("over TLS, a server that requires a client certificate closes like this: give one in "
+                    "target.tls.client_cert")
+        raise EngineError(f"{method} {url} failed: {e or type(e).__name__}; {hint}") from None
     except orjson.JSONDecodeError:
         raise EngineError(f"{method} {url} did not answer JSON") from None
 

@@ -23,6 +23,7 @@ import orjson
 from loadgate.errors import UsageError
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.replay import Observed
+from loadgate.jsonutil import write_atomic
 from loadgate.version import __version__
 
 FORMAT = 1
@@ -102,9 +103,7 @@ def build(observed: list[Observed], *, name: str, fingerprint: dict[str, Any], f
 def save(b: Baseline, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{b.doc['name']}-{b.sha256[:12]}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(orjson.dumps(b.doc, option=orjson.OPT_INDENT_2))
-    tmp.replace(path)
+    write_atomic(path, orjson.dumps(b.doc, option=orjson.OPT_INDENT_2))
     return path
 
 

@@ -12,21 +12,24 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 from loadgate.config.profile import is_http_url
 from loadgate.engine.adapters import ADAPTERS
+from loadgate.engine.http import SessionSettings, make_session, session_settings
 from loadgate.errors import UsageError
 from loadgate.exactness.baseline import Baseline, case_record, seq_output
 from loadgate.exactness.check import CheckResult
 from loadgate.exactness.compare import compare
 from loadgate.exactness.contract import DEFAULT_NEAR_TIE_NATS, Contract, passes, verdict
 from loadgate.exactness.replay import Observed
+from loadgate.jsonutil import write_atomic
 from loadgate.load.target import Target, TargetSpec, decode, fetch
+from loadgate.secrets import MASK, redact_headers, registered
 from loadgate.version import __version__
 
 ROUTE_API = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions",
@@ -37,8 +40,17 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
+def session_doc(target: Any) -> dict[str, Any]:
+    """What replay needs to reach the engine as the run did, with no secret in it: header
+    templates (`${NAME}` kept, credential headers masked), `api_key_env` (a name), TLS settings."""
+    tls = target.tls
+    return {"headers": redact_headers(target.headers), "api_key_env": target.api_key_env,
+            "tls": {"ca_file": tls.ca_file, "client_cert": tls.client_cert, "client_key": tls.client_key,
+                    "insecure": tls.insecure}}
+
+
 def write_bundles(result: CheckResult, baseline: Baseline, out_dir: Path, *, fingerprint: dict[str, Any],
-                  fingerprint_hash: str) -> list[Path]:
+                  fingerprint_hash: str, session: dict[str, Any] | None = None) -> list[Path]:
     paths = []
     for s in result.sequences:
         if s.verdict == "identical" and s.passed:
@@ -55,10 +67,26 @@ def write_bundles(result: CheckResult, baseline: Baseline, out_dir: Path, *, fin
             "comparison": None if s.comparison is None else dataclasses.asdict(s.comparison),
             "fingerprints": {"candidate_hash": fingerprint_hash, "candidate": fingerprint,
                              "baseline_hash": baseline.fingerprint_hash, "baseline_file": str(baseline.path or "")},
+            "session": session or {},
         }
-        path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        write_atomic(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
         paths.append(path)
     return paths
+
+
+def replay_settings(session: dict[str, Any]) -> SessionSettings:
+    """The run's session settings from a bundle: `${NAME}` and `api_key_env` read from this
+    environment again; a header the bundle holds masked cannot be sent (UsageError says why)."""
+    headers = session.get("headers") or {}
+    masked = [k for k, v in headers.items() if v == MASK]
+    if masked:
+        raise UsageError(f"the run sent header {masked[0]!r} with a literal value, which bundles do not keep: "
+                         f"give it as ${{NAME}} or target.api_key_env in the profile, then replay can send it")
+    tls = session.get("tls") or {}
+    target = SimpleNamespace(headers=headers, api_key_env=session.get("api_key_env"), tls=SimpleNamespace(
+        ca_file=tls.get("ca_file"), client_cert=tls.get("client_cert"), client_key=tls.get("client_key"),
+        insecure=bool(tls.get("insecure"))))
+    return session_settings(target, Path)
 
 
 def load_bundle(path: Path) -> dict[str, Any]:
@@ -112,13 +140,15 @@ async def replay(doc: dict[str, Any], endpoint: str | None, times: int) -> list[
         raise UsageError(f"{where}: expected an http:// or https:// URL with a valid host and port, got {base!r}")
     model = str(doc["request"].get("model", ""))
     base_out = seq_output(doc["baseline"])
+    settings = replay_settings(doc.get("session") or {})
     results = []
-    async with aiohttp.ClientSession() as session:
-        t = Target(TargetSpec(base, api, model, 600.0), session)
+    async with make_session(settings.headers, settings.ssl_for(base)) as session:
+        t = Target(TargetSpec(base, api, model, 600.0, headers=settings.headers, tls=settings.tls,
+                              secrets=registered()), session)
         try:
             for k in range(times):
                 raw = await fetch(t, orjson.dumps(doc["request"]), f"replay-{doc['case']}-{k}")
-                d = decode(t.adapter, bool(doc["request"].get("stream", True)), raw)
+                d = decode(t.adapter, bool(doc["request"].get("stream", True)), raw, t.spec.max_event_bytes)
                 if d.error is not None:
                     results.append({"run": k, "error": f"{d.error.kind}: {d.error.detail}"})
                     continue

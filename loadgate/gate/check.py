@@ -17,7 +17,7 @@ from loadgate.engine.connect import Engine, open_engine, reference_target
 from loadgate.engine.servermetrics import scrape
 from loadgate.errors import UsageError
 from loadgate.exactness import baseline as bl
-from loadgate.exactness.bundle import write_bundles
+from loadgate.exactness.bundle import session_doc, write_bundles
 from loadgate.exactness.check import CheckResult, run_check, speculation_declared
 from loadgate.exactness.corpus import Corpus, default_corpus_path, load_corpus
 from loadgate.exactness.replay import CaseSender
@@ -117,7 +117,7 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
                                                              "fingerprint_hash": b.fingerprint_hash},
                    "corpus": {"path": str(corpus.path), "sha256": corpus.sha256, "cases": len(corpus.cases)}})
     report["bundles"] = [str(p) for p in write_bundles(result, b, run_dir / "divergences", fingerprint=fp,
-                                                       fingerprint_hash=fp_hash)]
+                                                       fingerprint_hash=fp_hash, session=session_doc(profile.target))]
     att = attestation_doc(fp, fp_hash, corpus, b, result) if result.passed else None
     dump_json(run_dir / "exactness.json", report)
     dump_json(run_dir / "fingerprint.json", {"fingerprint_hash": fp_hash, "fingerprint": fp})

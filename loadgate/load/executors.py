@@ -9,10 +9,31 @@ import asyncio
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from time import perf_counter_ns
+from typing import Any
 
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.recorder import Recorder
 from loadgate.load.target import Target, body_for, fetch
+
+
+class StopFlag:
+    """Set when the run must stop starting requests (a signal); the executors look at it before
+    each new request. Worker processes get one backed by shared memory (`multiprocessing.Value`)."""
+
+    def __init__(self, shared: Any = None) -> None:
+        self._shared = shared
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        if self._shared is not None:
+            self._shared.value = 1
+
+    def is_set(self) -> bool:
+        return self._set or (self._shared is not None and bool(self._shared.value))
+
+
+NEVER = StopFlag()
 
 
 async def run_one(t: Target, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
@@ -30,6 +51,7 @@ class ClosedLoop:
     concurrency: int
     level: int | None = None
     stop_at_ns: int | None = None
+    stop: StopFlag = NEVER
 
     async def run(self, t: Target, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
                   t0_ns: int) -> None:
@@ -39,18 +61,21 @@ class ClosedLoop:
         async def slot() -> None:
             for req in it:
                 ready = perf_counter_ns()
-                if self.stop_at_ns is not None and ready >= self.stop_at_ns:
+                if (self.stop_at_ns is not None and ready >= self.stop_at_ns) or self.stop.is_set():
                     return
                 await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=level, ready_ns=ready, intended_ns=None)
 
         await asyncio.gather(*(slot() for _ in range(self.concurrency)))
 
 
-async def sleep_until(t_ns: int) -> None:
+async def sleep_until(t_ns: int, stop: StopFlag = NEVER) -> None:
     """Wait until perf_counter_ns() >= t_ns, never earlier: the loop's timers have about 1 ms of
-    granularity and may fire early, so the last millisecond is spent yielding to the loop."""
+    granularity and may fire early, so the last millisecond is spent yielding to the loop. A long
+    wait wakes every 100 ms to see whether the run is stopping."""
     while (left := t_ns - perf_counter_ns()) > 1_500_000:
-        await asyncio.sleep((left - 1_000_000) / 1e9)
+        if stop.is_set():
+            return
+        await asyncio.sleep(min(left - 1_000_000, 100_000_000) / 1e9)
     while perf_counter_ns() < t_ns:
         await asyncio.sleep(0)
 
@@ -65,6 +90,7 @@ class OpenLoop:
     start_ns: int
     max_in_flight: int | None = None
     stop_at_ns: int | None = None
+    stop: StopFlag = NEVER
 
     async def run(self, t: Target, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
                   t0_ns: int) -> None:
@@ -83,9 +109,11 @@ class OpenLoop:
 
         for req in reqs:
             intended = self.start_ns + (req.intended_offset_ns or 0)
-            if self.stop_at_ns is not None and intended >= self.stop_at_ns:
+            if (self.stop_at_ns is not None and intended >= self.stop_at_ns) or self.stop.is_set():
                 break
-            await sleep_until(intended)
+            await sleep_until(intended, self.stop)
+            if self.stop.is_set():
+                break
             task = asyncio.create_task(one(req, intended))
             tasks.add(task)
             task.add_done_callback(tasks.discard)

@@ -186,6 +186,7 @@ class _Framing:
     def _refuse(self, kind: ErrorKind, detail: str) -> None:
         if self.done is not None and not self.done.done():
             self.done.set_exception(Refused(kind, detail))
+        self.reads = []  # a refused response is not decoded: its bytes go at once
         self.abort()
 
     def abort(self) -> None:  # pragma: no cover - each connection kind closes itself

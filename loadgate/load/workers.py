@@ -22,6 +22,7 @@ import asyncio
 import gc
 import multiprocessing as mp
 import queue
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ import loadgate.errors as errors
 from loadgate.config.profile import Profile
 from loadgate.engine.connect import run_async
 from loadgate.engine.http import make_session
-from loadgate.load.executors import ClosedLoop, OpenLoop
+from loadgate.load.executors import NEVER, ClosedLoop, OpenLoop, StopFlag
 from loadgate.load.health import HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
@@ -58,31 +59,32 @@ def _share(total: int, n: int, j: int) -> int:
 
 async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *, concurrency: int | None,
                  next_index: Callable[[], int | None] | None, start_ns: int | None,
-                 mine: Callable[[int], bool]) -> dict[str, Any]:
+                 mine: Callable[[int], bool], stop_flag: StopFlag = NEVER) -> dict[str, Any]:
     gc.collect()
     gc.freeze()  # what exists now (plan, pools, modules) never needs scanning again: shorter pauses
     monitor = HealthMonitor()
     monitor.start()
     stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
     if phase.open_loop:
-        await OpenLoop(float(phase.level), start_ns or perf_counter_ns(), phase.max_in_flight, stop).run(
+        await OpenLoop(float(phase.level), start_ns or perf_counter_ns(), phase.max_in_flight, stop, stop_flag).run(
             target, (plan[k] for k in phase.indices if mine(k)), recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
     else:
         def draw() -> Iterator[PlannedRequest]:
             while next_index is not None and (k := next_index()) is not None:
                 yield plan[k]
         src = draw() if next_index is not None else (plan[k] for k in phase.indices if mine(k))
-        await ClosedLoop(concurrency or int(phase.level), int(phase.level), stop).run(
+        await ClosedLoop(concurrency or int(phase.level), int(phase.level), stop, stop_flag).run(
             target, src, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
     return await monitor.stop()
 
 
 async def run_phase_here(target: Target, plan: Plan, phase: Phase, writer: RecordWriter,
-                         on_done: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+                         on_done: Callable[[], None] | None = None, stop_flag: StopFlag = NEVER
+                         ) -> list[dict[str, Any]]:
     """Run the phase on the current event loop; returns [health]. The caller keeps `target` open
     across a level's phases, so the measured phase reuses the connections its warmup opened."""
     return [await _drive(target, plan, phase, Recorder(target, writer, on_done), concurrency=None,
-                         next_index=None, start_ns=None, mine=lambda k: True)]
+                         next_index=None, start_ns=None, mine=lambda k: True, stop_flag=stop_flag)]
 
 
 class WorkerGroup:
@@ -92,15 +94,18 @@ class WorkerGroup:
     worker -> ("ready", j); parent -> start time; worker -> ("done", j, health) or
     ("error", j, kind, message). None in an inbox ends that worker."""
 
-    def __init__(self, spec: TargetSpec, profile: Profile, pool: list[int], n: int, run_dir: Path) -> None:
+    def __init__(self, spec: TargetSpec, profile: Profile, pool: list[int], n: int, run_dir: Path,
+                 stop_flag: StopFlag = NEVER) -> None:
         self.n, self.run_dir = n, run_dir
+        self.stop_flag = stop_flag
         self.failed = False
         ctx = mp.get_context("spawn")
         self.counter, self.done = ctx.Value("q", 0), ctx.Value("q", 0)
+        self.stopping = ctx.Value("b", 0)  # set by `stop()`: the workers start no new request
         self.inboxes = [ctx.Queue() for _ in range(n)]
         self.outbox = ctx.Queue()
         self.procs = [ctx.Process(target=_worker, args=(j, n, spec, profile, pool, self.inboxes[j], self.outbox,
-                                                        self.counter, self.done), daemon=True)
+                                                        self.counter, self.done, self.stopping), daemon=True)
                       for j in range(n)]
         for p in self.procs:
             p.start()
@@ -112,6 +117,8 @@ class WorkerGroup:
         seen = 0
         deadline = None if timeout_s is None else perf_counter_ns() + int(timeout_s * 1e9)
         while len(got) < self.n:
+            if self.stop_flag.is_set() and not self.stopping.value:
+                self.stop()
             try:
                 msg = self.outbox.get_nowait()
             except queue.Empty:
@@ -164,6 +171,10 @@ class WorkerGroup:
                     part.unlink()
         return [health[j] for j in range(self.n)]
 
+    def stop(self) -> None:
+        """Start no new request (the requests in flight finish)."""
+        self.stopping.value = 1
+
     def close(self) -> None:
         if self.failed:
             for p in self.procs:
@@ -186,16 +197,20 @@ def _worker_error(j: int, kind: str, message: str) -> Exception:
 
 
 def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any, outbox: Any,
-            counter: Any, done: Any) -> None:
+            counter: Any, done: Any, stopping: Any) -> None:
+    # The parent handles signals and tells the workers to stop (or kills them); a Ctrl-C reaching
+    # the whole process group must not cut their requests short before that.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done))
+        run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done, stopping))
     except BaseException as e:  # reported to the parent, which prints one line; no traceback here
         msg = e.message if isinstance(e, errors.LoadgateError) else str(e)
         outbox.put(("error", j, type(e).__name__, msg))
 
 
 async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any,
-                       outbox: Any, counter: Any, done: Any) -> None:
+                       outbox: Any, counter: Any, done: Any, stopping: Any) -> None:
     plan = build_plan(profile, pool)
     loop = asyncio.get_running_loop()
 
@@ -232,7 +247,8 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                     if conc != 0:
                         health = await _drive(target, plan, p, Recorder(target, writer, on_done), concurrency=conc,
                                               next_index=None if phase.open_loop or phase.warmup else next_index,
-                                              start_ns=start_ns, mine=lambda k: k % n == j)
+                                              start_ns=start_ns, mine=lambda k: k % n == j,
+                                              stop_flag=StopFlag(stopping))
                 outbox.put(("done", j, health))
         finally:
             if target.pool is not None:

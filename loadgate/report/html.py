@@ -175,6 +175,12 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
     made = _make_plots(series, {"": _sweep_pairs(summary)}, (meta.get("profile") or {}).get("slo"), _axis_label(load),
                        run_dir / "plots")
     status = ('<span class="good">valid</span>' if summary.valid else '<span class="bad">INVALID</span>')
+    if summary.tls_insecure:
+        status += ' · <span class="bad">TLS certificate not checked (target.tls.insecure)</span>'
+    if summary.interrupted:
+        status += ' · <span class="bad">INTERRUPTED</span>'
+    if summary.damage:
+        status += ' · <span class="bad">DAMAGED records</span>'
     if summary.attestation:
         att = summary.attestation
         backing = f"attested configuration (fingerprint {escape(str(att.get('fingerprint_hash', ''))[:16])})"

@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from loadgate.analysis.figures import ADJUSTED, figure, table_rows
 from loadgate.analysis.summary import Acceptance, LevelSummary, Summary, TokenCounts
+from loadgate.records import Damage
 
 COLUMNS = ("p50", "p90", "p99")
 
@@ -87,6 +88,13 @@ def render_summary(summary: Summary) -> str:
                    f"{att['contract']['tier']} against baseline {att['baseline_sha256'][:12]})")
     elif summary.unverified:
         out.append("UNVERIFIED configuration: no exactness check backs these figures")
+    if summary.tls_insecure:
+        out.append("WARNING: the server's TLS certificate was not checked (target.tls.insecure): whoever answered "
+                   "may not be the engine")
+    if summary.interrupted:
+        out.append("INTERRUPTED: a signal stopped the run; these figures cover only the requests that finished")
+    if summary.damage:
+        out.append("DAMAGED: " + Damage(**summary.damage).words() + "; these figures cover the readable lines only")
     for level, s in summary.levels.items():
         t = s.throughput
         errs = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none"
@@ -181,6 +189,8 @@ SUMMARY_HEADERS = ["level", "metric", "unit", "n", "p50", "p90", "p95", "p99", "
 def summary_markdown(summary: Summary) -> str:
     rows = [[*r[:4], *(fmt(v) for v in r[4:])] for r in summary_rows(summary)]
     head = f"**{summary.run_id}** ({summary.model}, {summary.api})"
+    if summary.tls_insecure:
+        head += "\n\n**WARNING**: the server's TLS certificate was not checked (target.tls.insecure)"
     return head + "\n\n" + tabulate(rows, headers=SUMMARY_HEADERS, tablefmt="github", disable_numparse=True)
 
 

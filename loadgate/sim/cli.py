@@ -15,6 +15,7 @@ import asyncio
 import gc
 import signal
 import sys
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ def _knob_option(k: KnobField) -> click.Option:
     elif k.is_tuple:
         kind = click.STRING
     else:
-        kind = {int: click.INT, float: click.FLOAT, str: click.STRING}[k.type]
+        base = next((a for a in typing.get_args(k.type) if a is not type(None)), k.type)  # `X | None` -> X
+        kind = {int: click.INT, float: click.FLOAT, str: click.STRING}[base]
     return click.Option([name, _param_name(k)], type=kind, default=None, help=help_text,
                         metavar="LIST" if k.is_tuple else None)
 

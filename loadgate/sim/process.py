@@ -10,8 +10,10 @@ it gets SIGTERM, then SIGKILL after 5 s. The child's stderr is inherited.
 
 from __future__ import annotations
 
+import atexit
 import os
 import selectors
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -49,9 +51,12 @@ class SimProcess:
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # Its own session: a Ctrl-C in the terminal reaches loadgate, which stops it, and not the
+        # simulator itself (which would cut the requests in flight). atexit stops it in any case.
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "loadgate", "sim", "--host", self.host, "--port", str(self.port),
-             "--config", self._cfg_file], stdout=subprocess.PIPE, env=env)
+             "--config", self._cfg_file], stdout=subprocess.PIPE, env=env, start_new_session=True)
+        atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout
         try:
             self.url = self._read_url(deadline)
@@ -79,9 +84,11 @@ class SimProcess:
         raise RuntimeError(f"loadgate sim did not start within {self.startup_timeout} s")
 
     def _wait_healthy(self, deadline: float) -> None:
+        if self.cfg.tls_client_ca:  # every request needs a client certificate: listening is ready enough
+            return
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                with self._open("/health", timeout=2) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
@@ -89,8 +96,13 @@ class SimProcess:
             time.sleep(0.05)
         raise RuntimeError(f"loadgate sim at {self.url} did not become healthy in time")
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
     def stop(self) -> None:
         """Terminate the child (SIGTERM, then SIGKILL after 5 s) and remove the config file."""
+        atexit.unregister(self.stop)
         proc, self._proc = self._proc, None
         if proc is not None:
             if proc.poll() is None:
@@ -108,14 +120,23 @@ class SimProcess:
 
     def truth_records(self) -> list[dict[str, Any]]:
         """The child's ground-truth log (GET /sim/truth)."""
-        with urllib.request.urlopen(self.url + "/sim/truth", timeout=10) as r:
+        with self._open("/sim/truth", timeout=10) as r:
             return [orjson.loads(line) for line in r.read().splitlines() if line]
 
     def reset_truth(self) -> None:
         """Empty the child's ground-truth log (POST /sim/truth/reset)."""
-        req = urllib.request.Request(self.url + "/sim/truth/reset", data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=10):
+        with self._open("/sim/truth/reset", timeout=10, data=b""):
             pass
+
+    def _open(self, path: str, timeout: float, data: bytes | None = None) -> Any:
+        """A request to this child (its own certificate is not checked; its key is sent)."""
+        headers = {}
+        if self.cfg.api_key_env and os.environ.get(self.cfg.api_key_env):
+            headers["Authorization"] = f"Bearer {os.environ[self.cfg.api_key_env]}"
+        req = urllib.request.Request(self.url + path, data=data, headers=headers,
+                                     method="GET" if data is None else "POST")
+        ctx = ssl._create_unverified_context() if self.url.startswith("https:") else None
+        return urllib.request.urlopen(req, timeout=timeout, context=ctx)
 
     def __enter__(self) -> SimProcess:
         return self.start()

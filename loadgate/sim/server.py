@@ -13,9 +13,12 @@
 
 from __future__ import annotations
 
+import os
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -36,7 +39,8 @@ def build_app(cfg: SimConfig) -> web.Application:
     tokenizer = Tokenizer(cfg.vocab_size)
     model = SimModel(cfg, tokenizer)
     state = SimState(cfg=cfg, tokenizer=tokenizer, model=model, engine=Engine(cfg, model))
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    middlewares = [_require_key(cfg.api_key_env)] if cfg.api_key_env else []
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
     app[STATE] = state
 
     async def start_engine(app: web.Application) -> None:
@@ -49,6 +53,34 @@ def build_app(cfg: SimConfig) -> web.Application:
     app.on_shutdown.append(stop_engine)
     add_routes(app)
     return app
+
+
+def _require_key(env_name: str) -> Any:
+    """A middleware answering 401 unless `Authorization: Bearer $env_name` (read once, at start)."""
+    key = os.environ.get(env_name)
+    if not key:
+        raise ValueError(f"api_key_env: the environment variable {env_name} is not set")
+    want = f"Bearer {key}"
+
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path != "/health" and request.headers.get("Authorization") != want:
+            return web.json_response({"error": {"message": "missing or wrong API key", "type": "auth", "code": 401}},
+                                     status=401)
+        return await handler(request)  # type: ignore[no-any-return]
+
+    return check
+
+
+def _ssl_context(cfg: SimConfig) -> ssl.SSLContext | None:
+    if not cfg.tls_cert:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+    if cfg.tls_client_ca:
+        ctx.load_verify_locations(cfg.tls_client_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
 
 
 @dataclass
@@ -77,11 +109,13 @@ async def running_sim(cfg: SimConfig, host: str = "127.0.0.1", port: int = 0) ->
     app = build_app(cfg)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=4096)
+    tls = _ssl_context(cfg)
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=4096, ssl_context=tls)
     await site.start()
     try:
         bound = runner.addresses[0]
-        yield RunningSim(url=f"http://{_host_for_url(host)}:{bound[1]}", app=app)
+        scheme = "https" if tls is not None else "http"
+        yield RunningSim(url=f"{scheme}://{_host_for_url(host)}:{bound[1]}", app=app)
     finally:
         await runner.cleanup()
 

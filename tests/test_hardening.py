@@ -1,0 +1,312 @@
+"""Hardening: what a hostile server sends, signals, disks, limits, secrets, TLS and names cannot make
+loadgate hang, grow without bound, leave processes or half lines behind, or write a secret.
+
+Servers here are raw asyncio servers on loopback (`tests.hostile`), the simulator, or the simulator
+over TLS; every limit is the default unless a test says otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+import pytest
+import yaml
+
+from loadgate.cli import main
+from loadgate.engine.adapters.base import Decoded
+from loadgate.engine.http import make_session
+from loadgate.jsonutil import load_json
+from loadgate.load.target import Target, TargetSpec, decode, fetch
+from loadgate.load.transport import Limits
+from tests import hostile
+from tests.profiles import LAX_HEALTH
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fetch_once(url: str, *, timeout_s: float = 10.0, limits: Limits | None = None, streams: int = 1
+               ) -> tuple[list[Decoded], float, float]:
+    """POST `streams` requests at once with loadgate's own transport; (decoded, seconds, peak RSS
+    growth in MB measured every 10 ms in a thread)."""
+    proc = psutil.Process()
+    base = proc.memory_info().rss
+    peak = [base]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            time.sleep(0.01)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+
+    async def go() -> list[Decoded]:
+        async with make_session() as session:
+            t = Target(TargetSpec(url, "openai-completions", "m", timeout_s, limits=limits or Limits()), session)
+            raws = await asyncio.gather(*(fetch(t, b'{"prompt": "x"}', f"r{k}") for k in range(streams)))
+            out = [decode(t.adapter, True, raw) for raw in raws]
+            assert t.pool is not None
+            t.pool.close()
+            return out
+
+    t0 = time.perf_counter()
+    try:
+        decoded = asyncio.run(go())
+    finally:
+        stop.set()
+        th.join()
+    return decoded, time.perf_counter() - t0, (peak[0] - base) / 2**20
+
+
+def test_an_endless_fast_response_is_cut_by_the_response_limit_with_memory_bounded():
+    with hostile.HostileServer(hostile.endless_fast) as srv:
+        (d,), seconds, grew_mb = fetch_once(srv.url, timeout_s=10)
+    assert d.error is not None and d.error.kind == "response_too_large", d.error
+    assert seconds < 10 and grew_mb < 100, (seconds, grew_mb)
+
+
+def test_many_endless_responses_together_are_cut_by_the_memory_budget():
+    """Each under its own limit, all together over the budget: the budget cuts them."""
+    limits = Limits(max_response_bytes=1 << 30, memory_budget_bytes=48 << 20)
+    with hostile.HostileServer(hostile.endless_fast) as srv:
+        decoded, seconds, grew_mb = fetch_once(srv.url, timeout_s=20, limits=limits, streams=6)
+    kinds = {d.error.kind for d in decoded if d.error is not None}
+    assert "memory_budget" in kinds and kinds <= {"memory_budget", "response_too_large"}, kinds
+    assert seconds < 20 and grew_mb < 200, (seconds, grew_mb)
+
+
+def test_an_endless_slow_response_ends_at_the_request_timeout():
+    with hostile.HostileServer(hostile.endless_slow) as srv:
+        (d,), seconds, _ = fetch_once(srv.url, timeout_s=1.5)
+    assert d.error is not None and d.error.kind == "timeout" and 1.4 < seconds < 6, (d.error, seconds)
+
+
+def test_a_header_block_that_never_ends_is_cut_at_the_header_limit_within_a_second():
+    with hostile.HostileServer(hostile.header_flood) as srv:
+        (d,), seconds, _ = fetch_once(srv.url, timeout_s=30)
+    assert d.error is not None and d.error.kind == "header_too_large", d.error
+    assert seconds < 1.0, seconds
+
+
+def test_interim_1xx_responses_are_skipped_and_the_request_succeeds():
+    with hostile.HostileServer(hostile.interim_then_stream) as srv:
+        (d,), _, _ = fetch_once(srv.url)
+    assert d.error is None and d.text == " a b" and d.finish_reason == "length"
+
+
+def test_an_idle_timeout_ends_a_response_that_goes_quiet():
+    async def quiet(reader: Any, writer: Any, body: bytes) -> None:
+        writer.write(hostile.SSE_HEAD + hostile.sse(hostile.COMPLETION))
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    from loadgate.load.target import Target as _T  # noqa: F401  (the same transport as above)
+
+    with hostile.HostileServer(quiet) as srv:
+        async def go() -> Any:
+            async with make_session() as session:
+                t = Target(TargetSpec(srv.url, "openai-completions", "m", 30.0, idle_timeout_s=0.5), session)
+                raw = await fetch(t, b"{}", "q")
+                assert t.pool is not None
+                t.pool.close()
+                return decode(t.adapter, True, raw)
+
+        t0 = time.perf_counter()
+        d = asyncio.run(go())
+        seconds = time.perf_counter() - t0
+    assert d.error is not None and d.error.kind == "idle_timeout" and seconds < 5, (d.error, seconds)
+
+
+# --- the command line against hostile servers: Ctrl-C takes effect within 2 s ---------------------
+
+def hostile_profile(tmp: Path, url: str, **load: Any) -> Path:
+    p = tmp / "hostile.yaml"
+    p.write_text(yaml.safe_dump({
+        "name": "hostile", "target": {"endpoint": url, "model": "m", "timeout_s": 60},
+        "workload": {"requests": 1000, "tokenizer": "none", "input_len": {"dist": "fixed", "value": 4},
+                     "output_len": {"dist": "fixed", "value": 2}},
+        "load": {"concurrency": 2, **load}, "health": LAX_HEALTH,
+        "output": {"dir": str(tmp / "out"), "run_id": "r"}}))
+    return p
+
+
+def loadgate_proc(*args: str, env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "loadgate", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, **kw)
+
+
+@pytest.mark.parametrize("behaviour", ["endless_fast", "endless_slow", "header_flood", "interim_then_stream"])
+def test_ctrl_c_takes_effect_within_two_seconds_against_a_hostile_server(tmp_path, behaviour):
+    with hostile.HostileServer(getattr(hostile, behaviour)) as srv:
+        p = loadgate_proc("run", "-q", "--unverified", str(hostile_profile(tmp_path, srv.url)))
+        try:
+            assert srv.posted.wait(60), "no request arrived"
+            time.sleep(0.3)  # requests in flight: the signal lands mid-stream
+            t0 = time.perf_counter()
+            p.send_signal(signal.SIGINT)
+            p.wait(30)
+            seconds = time.perf_counter() - t0
+        finally:
+            if p.poll() is None:
+                p.kill()
+    err = p.stderr.read().decode() if p.stderr else ""
+    assert p.returncode == 130 and seconds < 2.0, (p.returncode, seconds, err)
+    assert "Traceback" not in err and "interrupted by SIGINT" in err
+    assert load_json(tmp_path / "out" / "r" / "summary.json")["interrupted"] is True
+
+
+# --- signals mid-run: no child process left, the summary says interrupted -----------------------
+
+def sim_profile(tmp: Path, *, requests: int = 3000, workers: int = 1, **extra: Any) -> Path:
+    doc = {"name": "sig", "target": {"endpoint": "embedded", "sim": {"decode_step_us": 3000}},
+           "workload": {"requests": requests, "input_len": {"dist": "fixed", "value": 8},
+                        "output_len": {"dist": "fixed", "value": 32}},
+           "load": {"concurrency": 4, "workers": workers}, "health": LAX_HEALTH,
+           "output": {"dir": str(tmp / "out"), "run_id": "r"}}
+    doc.update(extra)
+    p = tmp / "sig.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+@pytest.mark.parametrize("sig,workers", [(signal.SIGTERM, 2), (signal.SIGINT, 1)])
+def test_a_signal_mid_run_leaves_no_child_process_and_a_summary_marked_interrupted(tmp_path, sig, workers):
+    p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path, workers=workers)))
+    me = psutil.Process(p.pid)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not any(
+                f.stat().st_size for f in (tmp_path / "out" / "r").glob("*records.jsonl")) and not any(
+                f.stat().st_size for f in (tmp_path / "out" / "r").glob(".part-*")):
+            time.sleep(0.05)  # until requests finish and are written (by this process or the workers)
+        children = me.children(recursive=True)
+        assert len(children) >= 1 + (workers if workers > 1 else 0), children  # the simulator (+ workers)
+        p.send_signal(sig)
+        p.wait(30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + sig
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, [c.pid for c in alive]
+    s = load_json(tmp_path / "out" / "r" / "summary.json")
+    assert s["interrupted"] is True and 0 < s["levels"]["4"]["requests"] < 3000
+    assert not list((tmp_path / "out" / "r").glob(".part-*")) and not list(Path("/tmp").glob(
+        f"loadgate-sim-*{children[0].pid}*"))
+    assert main(["report", str(tmp_path / "out" / "r")]) == 128 + sig
+
+
+def test_report_says_interrupted(tmp_path, capsys):
+    p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path)))
+    try:
+        while not (tmp_path / "out" / "r" / "records.jsonl").exists():
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        p.wait(30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert main(["report", str(tmp_path / "out" / "r")]) == 130
+    out = capsys.readouterr().out
+    assert "INTERRUPTED: a signal stopped the run" in out and "outcome: INTERRUPTED (exit 130" in out
+
+
+# --- damaged records ------------------------------------------------------------------------------
+
+def small_run(tmp: Path) -> Path:
+    assert main(["run", "-q", "--unverified", str(sim_profile(tmp, requests=12))]) == 11
+    return tmp / "out" / "r"
+
+
+def test_a_corrupt_or_truncated_records_file_is_reported_damaged_with_its_line_numbers(tmp_path, capsys):
+    run = small_run(tmp_path)
+    lines = (run / "records.jsonl").read_bytes().splitlines(keepends=True)
+    lines[2] = b'{"v": 2, "i": "garbage"}\n'
+    lines[5] = b"not json at all\n"
+    (run / "records.jsonl").write_bytes(b"".join(lines[:-1]) + lines[-1][:20])  # the last line cut short
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 5
+    captured = capsys.readouterr()
+    assert "DAMAGED: 2 corrupt line(s) in records.jsonl (line 3, 6)" in captured.out
+    assert f"records.jsonl line {len(lines)} cut short" in captured.out
+    assert "run folder damaged" in captured.err and "\n" not in captured.err.strip()
+    assert main(["report", "--format", "json", str(run)]) == 5
+    assert orjson.loads(capsys.readouterr().out)["outcome"]["outcome"] == "damaged"
+
+
+# --- full disks ---------------------------------------------------------------------------------
+
+def test_a_failing_write_is_one_line_with_exit_4_and_leaves_no_half_line(tmp_path, capsys, monkeypatch):
+    import loadgate.records as records
+
+    real_write, calls = os.write, [0]
+
+    def write(fd: int, data: Any) -> int:
+        calls[0] += 1
+        if calls[0] > 6:  # after six complete lines: half a line, then the disk is full
+            if calls[0] == 7:
+                return real_write(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(records.os, "write", write)
+    code = main(["run", "-q", "--unverified", str(sim_profile(tmp_path, requests=20))])
+    err = capsys.readouterr().err.strip()
+    assert code == 4 and "\n" not in err and "No space left on device" in err, err
+    data = (tmp_path / "out" / "r" / "records.jsonl").read_bytes()
+    assert data.endswith(b"\n") and all(orjson.loads(line) for line in data.splitlines())
+    assert len(data.splitlines()) == 6
+
+
+def test_a_full_tmpfs_gives_exit_4_and_no_half_line(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root); the simulated write error above covers the path")
+    try:
+        prof = sim_profile(tmp_path, requests=4000, output={"dir": str(mnt), "run_id": "r"})
+        p = subprocess.run([sys.executable, "-m", "loadgate", "run", "-q", "--unverified", str(prof)],
+                           cwd=REPO, capture_output=True, timeout=300)
+        err = p.stderr.decode().strip()
+        assert p.returncode == 4 and "No space left on device" in err and "Traceback" not in err, err
+        data = (mnt / "r" / "records.jsonl").read_bytes()
+        assert data and data.endswith(b"\n")
+        assert all(orjson.loads(line) for line in data.splitlines())
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+# --- open files -----------------------------------------------------------------------------------
+
+def test_too_few_open_files_for_the_concurrency_is_a_preflight_error(tmp_path):
+    prof = sim_profile(tmp_path, requests=10, load={"concurrency": 300})
+    p = subprocess.run(["bash", "-c", f"ulimit -n 256 && exec {sys.executable} -m loadgate run -q --unverified {prof}"],
+                       cwd=REPO, capture_output=True, timeout=120)
+    err = p.stderr.decode().strip()
+    assert p.returncode == 3 and "ulimit -n" in err and "\n" not in err, err
+    assert not (tmp_path / "out").exists()  # nothing was started
+
+
+# --- names ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,why", [("../x", "no slashes"), ("..", "not . or .."), ("a\x00b", "control character"),
+                                      ("a\nb", "control character"), ("-rf", "starting with '-'")])
+def test_run_names_that_would_leave_the_output_folder_or_hold_control_characters_are_refused(tmp_path, capsys,
+                                                                                             name, why):
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump({"name": name}))
+    assert main(["validate", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert why in err and "name" in err and "\n" not in err.strip()

@@ -1,0 +1,181 @@
+"""Secrets from the environment are sent and never written; replay reaches an endpoint that needs
+them; HTTPS with a private CA, insecure mode (warned), and a client certificate the server requires.
+The servers are the simulator, requiring an API key (`api_key_env`) or serving TLS (`tls_cert`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loadgate.cli import main
+from loadgate.config.simconfig import DivergenceConfig, SimConfig
+from loadgate.sim.process import SimProcess
+from tests.profiles import LAX_HEALTH, tiny_corpus
+
+KEY = "sk-live-0123456789abcdef-loadgate-test"
+TEAM = "team-secret-9876543210"
+FAST = {"decode_step_us": 500, "decode_us_per_seq": 10}
+
+
+def profile(tmp: Path, name: str, target: dict[str, Any], **extra: Any) -> Path:
+    doc = {"name": name, "target": target,
+           "workload": {"requests": 8, "input_len": {"dist": "fixed", "value": 8},
+                        "output_len": {"dist": "fixed", "value": 4}},
+           "load": {"concurrency": 2}, "health": LAX_HEALTH, "output": {"dir": str(tmp / "out"), "run_id": name}}
+    doc.update(extra)
+    p = tmp / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def files_containing(root: Path, *needles: str) -> list[str]:
+    hits = []
+    for f in root.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            hits += [f"{f}: {n[:6]}…" for n in needles if n.encode() in data]
+    return hits
+
+
+def test_a_key_from_the_environment_is_sent_and_written_nowhere_and_replay_reaches_the_endpoint(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LG_KEY", KEY)
+    monkeypatch.setenv("LG_TEAM", TEAM)
+    target = {"endpoint": "embedded", "api_key_env": "LG_KEY", "headers": {"X-Team": "${LG_TEAM}"},
+              "sim": {**FAST, "api_key_env": "LG_KEY"}}
+    exactness = {"baseline": "sim-reference", "corpus": str(tiny_corpus(tmp_path))}
+    assert main(["run", "-q", str(profile(tmp_path, "ok", target, exactness=exactness))]) == 0
+    # a check that diverges (batch-variant near-ties with 3 in flight) writes reproducer bundles
+    bad = {**target, "sim": {**target["sim"], "near_tie_rate": 0.5, "divergence": {"batch_variant": True}}}
+    code = main(["check", str(profile(tmp_path, "div", bad, exactness={
+        **exactness, "contract": {"tier": "token-exact"}, "scenarios": {"solo": False, "concurrent": 3}}))])
+    assert code == 10
+    bundles = sorted((tmp_path / "out" / "div" / "divergences").glob("*.json"))
+    assert bundles
+    out = capsys.readouterr()
+    assert KEY not in out.out + out.err and TEAM not in out.out + out.err
+    assert files_containing(tmp_path / "out", KEY, TEAM) == []  # run folders, baselines, bundles
+    assert "***" in (tmp_path / "out" / "ok" / "meta.json").read_text() or "${LG_TEAM}" in (
+        tmp_path / "out" / "ok" / "meta.json").read_text()
+
+    # replay sends the key again, read from this environment, to an engine that requires it
+    cfg = SimConfig(api_key_env="LG_KEY", near_tie_rate=0.5, divergence=DivergenceConfig(batch_variant=True), **FAST)
+    with SimProcess(cfg) as sim:
+        code = main(["replay", str(bundles[0]), "--endpoint", sim.url])
+        replayed = capsys.readouterr().out
+        assert code in (0, 10) and "run 0:" in replayed and "request failed" not in replayed, replayed
+        monkeypatch.delenv("LG_KEY")
+        assert main(["replay", str(bundles[0]), "--endpoint", sim.url]) == 2
+        assert "LG_KEY is not set" in capsys.readouterr().err
+
+
+def test_without_the_key_the_engine_refuses_and_loadgate_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LG_KEY", KEY)
+    with SimProcess(SimConfig(api_key_env="LG_KEY", **FAST)) as sim:
+        assert main(["run", "-q", "--unverified", str(profile(tmp_path, "nokey", {"endpoint": sim.url}))]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "HTTP 401" in err and "\n" not in err
+
+
+def test_a_traceback_shown_on_request_masks_the_secret(tmp_path, monkeypatch, capsys):
+    from loadgate import commands
+    from loadgate.secrets import register
+
+    monkeypatch.setenv("LOADGATE_DEBUG", "1")
+    register(KEY)
+
+    def boom(*a: Any, **k: Any) -> None:
+        raise RuntimeError(f"something went wrong near {KEY}")
+
+    monkeypatch.setattr(commands, "validate", boom)
+    assert main(["validate", "x.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and KEY not in err and "***" in err
+
+
+# --- TLS ------------------------------------------------------------------------------------------
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private CA, a server certificate for 127.0.0.1 and a client certificate, all signed by it."""
+    d = tmp_path_factory.mktemp("pki")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=loadgate test CA", cwd=d)
+    for name, usage, san in (("server", "serverAuth", "subjectAltName=IP:127.0.0.1\n"), ("client", "clientAuth", "")):
+        (d / f"{name}.ext").write_text(f"{san}basicConstraints=CA:FALSE\nextendedKeyUsage={usage}\n")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", f"/CN={name}", cwd=d)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
+    return d
+
+
+def tls_sim(pki: Path, client_ca: bool = False) -> SimProcess:
+    return SimProcess(SimConfig(tls_cert=str(pki / "server.pem"), tls_key=str(pki / "server.key"),
+                                tls_client_ca=str(pki / "ca.pem") if client_ca else None, **FAST))
+
+
+def run_https(tmp: Path, url: str, tls: dict[str, Any] | None, capsys: Any) -> tuple[int, str, str]:
+    target: dict[str, Any] = {"endpoint": url}
+    if tls is not None:
+        target["tls"] = tls
+    code = main(["run", "-q", "--unverified", str(profile(tmp, "tls", target))])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_https_with_the_private_ca_file(tmp_path, pki, capsys):
+    with tls_sim(pki) as sim:
+        assert sim.url.startswith("https://")
+        code, out, _ = run_https(tmp_path, sim.url, {"ca_file": str(pki / "ca.pem")}, capsys)
+    assert code == 11 and "8 succeeded, 0 failed" in out and "not checked" not in out
+
+
+def test_https_insecure_works_and_every_report_warns(tmp_path, pki, capsys):
+    with tls_sim(pki) as sim:
+        code, out, _ = run_https(tmp_path, sim.url, {"insecure": True}, capsys)
+    assert code == 11 and "8 succeeded" in out and "WARNING: the server's TLS certificate was not checked" in out
+    assert main(["report", str(tmp_path / "out" / "tls")]) == 11
+    assert "TLS certificate was not checked" in capsys.readouterr().out
+    main(["report", "--format", "markdown", str(tmp_path / "out" / "tls")])
+    assert "TLS certificate was not checked" in capsys.readouterr().out
+
+
+def test_https_without_the_ca_fails_clearly(tmp_path, pki, capsys):
+    with tls_sim(pki) as sim:
+        code, _, err = run_https(tmp_path, sim.url, None, capsys)
+    assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in err and "\n" not in err.strip(), err
+
+
+def test_a_server_that_requires_a_client_certificate(tmp_path, pki, capsys):
+    with tls_sim(pki, client_ca=True) as sim:
+        code, out, _ = run_https(tmp_path, sim.url, {"ca_file": str(pki / "ca.pem"),
+                                                     "client_cert": str(pki / "client.pem"),
+                                                     "client_key": str(pki / "client.key")}, capsys)
+        assert code == 11 and "8 succeeded, 0 failed" in out
+        (tmp_path / "b").mkdir()
+        code, _, err = run_https(tmp_path / "b", sim.url, {"ca_file": str(pki / "ca.pem")}, capsys)
+    assert code == 3 and "\n" not in err.strip() and ("certificate" in err.lower() or "handshake" in err.lower()), err
+
+
+def test_an_environment_proxy_that_would_carry_the_requests_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert main(["run", "-q", "--unverified", str(profile(tmp_path, "px", {"endpoint": "http://10.255.0.1:9"}))]) == 2
+    err = capsys.readouterr().err
+    assert "NO_PROXY" in err and "\n" not in err.strip()
+    monkeypatch.setenv("NO_PROXY", "10.255.0.1")
+    p = subprocess.run([sys.executable, "-m", "loadgate", "validate", str(tmp_path / "px.yaml")],
+                       capture_output=True, env={**os.environ})
+    assert p.returncode == 0
