@@ -1,3 +1,3 @@
-from loadgate.cli import main
+from loadgate.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -79,7 +79,7 @@ def _html_line(result: RunResult) -> str:
         return f"(no HTML report: {e.message})"
 
 
-def run(profile: str, *, quiet: bool, unverified: bool) -> None:
+def run(profile: str, *, quiet: bool, unverified: bool, html: bool = False) -> None:
     """`loadgate run`: the check's report as it runs, then the judged run, paths, and the verdict."""
     result = runs.run(load_profile(profile), unverified=unverified, say=say, progress=progress_bar(not quiet))
     j, d = result.judgement, result.run_dir
@@ -89,7 +89,7 @@ def run(profile: str, *, quiet: bool, unverified: bool) -> None:
         say(f"\nrun folders: {d}/A1 … B{pairs}; comparison: {d / 'comparison.json'}; verdict: {d / 'verdict.json'}")
     else:
         say(f"\nrecords: {d / 'records.jsonl'}\nsummary: {d / 'summary.json'}\nverdict: {d / 'verdict.json'}")
-    say(_html_line(result))
+    say(_html_line(result) if html else f"plots: loadgate report --html {d}")
     _raise_for(j.verdict)
 
 

@@ -13,7 +13,7 @@
 | 20 | a performance threshold failed |
 | 21 | regression against baseline |
 | 22 | comparison inconclusive |
-| 30 | measurement invalid (client was the bottleneck, token counts off plan, contamination) |
+| 30 | measurement invalid (stamps off by more than the budget, open loop late, token counts off plan, contamination) |
 | 130 | interrupted by SIGINT (Ctrl-C): finished records kept, summary marked interrupted |
 | 143 | interrupted by SIGTERM: the same |
 """

@@ -6,8 +6,8 @@ run. All times are integer nanoseconds of `time.perf_counter_ns()` relative to t
 `t0_ns` (kept in `meta.json`). In memory a record is a `Record`; on disk it is that dataclass's
 fields as JSON, in order.
 
-Schema version 2 — fields of one record:
-  v                  schema version (2)
+Schema version 3 — fields of one record:
+  v                  schema version (3)
   i                  index in the request plan (warmup requests first)
   warmup             true for warmup requests (excluded from every figure)
   level              the load level this request belongs to: concurrency (closed loop) or rate
@@ -19,12 +19,18 @@ Schema version 2 — fields of one record:
   end_ns             when the last byte arrived or the request failed
   status             HTTP status or null
   error              null or {"kind": ..., "detail": ...}; kinds: http_status, timeout,
-                     disconnect, malformed, error_event, connect, empty
+                     disconnect, malformed, error_event, connect, empty, and (new in v3) the
+                     limits: header_too_large, response_too_large, event_too_large,
+                     memory_budget, bad_response, idle_timeout
   prompt_tokens_planned, output_tokens_planned   what the plan asked for (prompt: null when the
                      plan did not count it in tokens)
   prompt_tokens, completion_tokens               what the server reported (null if it did not)
   chunk_ns           arrival time of each content-bearing chunk, relative to start_ns
   chunk_tokens       tokens carried by each of those chunks
+  chunk_early_ns     per chunk, how much earlier than its stamp it may truly have arrived (0: the
+                     stamp is its arrival; more when one read carried several chunks: the bound
+                     between the read before and this one; new in v3); empty in records
+                     without it (v1, v2)
   token_source       where chunk token counts came from: ids, usage, meta_info, logprobs,
                      one_per_chunk
   finish_reason      as the engine said it (normalized to "length" / "stop" where possible)
@@ -37,8 +43,9 @@ Schema version 2 — fields of one record:
   spec               null or {source, verify_steps, draft_tokens, accepted,
                      reported_acceptance_length}
 
-Version 1 had the same fields, except that `new_connection` was absent from files written before
-it was added (read as null). `read_records` reads both versions.
+Version 2 had the same fields less `chunk_early_ns` and the limit error kinds (read as no bound).
+Version 1 as version 2, except that `new_connection` was absent from files written before it was
+added (read as null). `read_records` reads all three.
 """
 
 from __future__ import annotations
@@ -55,8 +62,8 @@ import orjson
 from loadgate.errors import ResultsNotWritten, UsageError
 from loadgate.secrets import redact_bytes
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,7 @@ class Record:
     completion_tokens: int | None
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
+    chunk_early_ns: list[int] = field(default_factory=list)
     token_source: str = "one_per_chunk"
     finish_reason: str | None = None
     stamp: str = "user"
@@ -124,7 +132,7 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
-        """A record from its JSON object (schema v1 or v2); KeyError/TypeError on a wrong shape."""
+        """A record from its JSON object (schema v1, v2 or v3); KeyError/TypeError on a wrong shape."""
         err, spec = d.get("error"), d.get("spec")
         fields = {k: d[k] for k in _FIELDS if k in d}
         fields["v"] = SCHEMA_VERSION
@@ -150,11 +158,13 @@ def _check_types(f: dict[str, Any]) -> None:
         bad.append("warmup")
     if not isinstance(f.get("level"), int | float) or isinstance(f.get("level"), bool):
         bad.append("level")
-    for k in ("chunk_ns", "chunk_tokens"):
+    for k in ("chunk_ns", "chunk_tokens", "chunk_early_ns"):
         if not isinstance(f.get(k, []), list) or not all(_is_int(x) for x in f.get(k, [])):
             bad.append(k)
     if not bad and len(f.get("chunk_ns", [])) != len(f.get("chunk_tokens", [])):
         bad.append("chunk_tokens (not one per chunk)")
+    if not bad and f.get("chunk_early_ns") and len(f["chunk_early_ns"]) != len(f.get("chunk_ns", [])):
+        bad.append("chunk_early_ns (not one per chunk)")
     if bad:
         raise ValueError(f"wrong type for {bad[0]}")
 

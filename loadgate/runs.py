@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import os
 import platform
 import random
 import resource
@@ -168,7 +169,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
         "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
         "levels": levels(profile), "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
         "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
-        "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure, **(extra_meta or {})})
+        "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure,
+        "cpus": {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}, **(extra_meta or {})})
     server: dict[str, Any] = {}
     health: dict[str, Any] = {}
     load = profile.load

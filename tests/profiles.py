@@ -12,7 +12,7 @@ import orjson
 
 from loadgate.config.profile import HealthBudgets
 
-LAX_HEALTH = {"loop_lag_p99_ms": 1e9, "gc_pause_max_ms": 1e9, "cpu_max": 1e9, "schedule_lag_p99_ms": 1e9}
+LAX_HEALTH = {"stamp_error_p99_ms": 1e9, "loop_lag_p99_ms": 1e9, "gc_pause_max_ms": 1e9, "cpu_max": 1e9, "schedule_lag_p99_ms": 1e9}
 LAX_BUDGETS = HealthBudgets(**LAX_HEALTH)
 
 

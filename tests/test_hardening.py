@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -168,11 +169,11 @@ def test_ctrl_c_takes_effect_within_two_seconds_against_a_hostile_server(tmp_pat
 
 # --- signals mid-run: no child process left, the summary says interrupted -----------------------
 
-def sim_profile(tmp: Path, *, requests: int = 3000, workers: int = 1, **extra: Any) -> Path:
+def sim_profile(tmp: Path, *, requests: int = 3000, workers: int = 1, warmup: int = 0, **extra: Any) -> Path:
     doc = {"name": "sig", "target": {"endpoint": "embedded", "sim": {"decode_step_us": 3000}},
            "workload": {"requests": requests, "input_len": {"dist": "fixed", "value": 8},
                         "output_len": {"dist": "fixed", "value": 32}},
-           "load": {"concurrency": 4, "workers": workers}, "health": LAX_HEALTH,
+           "load": {"concurrency": 4, "workers": workers, "warmup_requests": warmup}, "health": LAX_HEALTH,
            "output": {"dir": str(tmp / "out"), "run_id": "r"}}
     doc.update(extra)
     p = tmp / "sig.yaml"
@@ -180,16 +181,24 @@ def sim_profile(tmp: Path, *, requests: int = 3000, workers: int = 1, **extra: A
     return p
 
 
+def served(url: str) -> int:
+    """Requests the simulator finished, from its ground-truth log."""
+    with urllib.request.urlopen(url + "/sim/truth", timeout=10) as r:
+        return sum(1 for line in r.read().splitlines() if line)
+
+
 @pytest.mark.parametrize("sig,workers", [(signal.SIGTERM, 2), (signal.SIGINT, 1)])
 def test_a_signal_mid_run_leaves_no_child_process_and_a_summary_marked_interrupted(tmp_path, sig, workers):
-    p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path, workers=workers)))
+    p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path, workers=workers, warmup=8)))
     me = psutil.Process(p.pid)
     try:
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not any(
-                f.stat().st_size for f in (tmp_path / "out" / "r").glob("*records.jsonl")) and not any(
-                f.stat().st_size for f in (tmp_path / "out" / "r").glob(".part-*")):
-            time.sleep(0.05)  # until requests finish and are written (by this process or the workers)
+        meta = tmp_path / "out" / "r" / "meta.json"
+        while time.monotonic() < deadline and not meta.exists():
+            time.sleep(0.05)
+        url = load_json(meta)["engine_url"]
+        while time.monotonic() < deadline and served(url) < 8 + 8:
+            time.sleep(0.05)  # until the simulator finished the warmup and some measured requests
         children = me.children(recursive=True)
         assert len(children) >= 1 + (workers if workers > 1 else 0), children  # the simulator (+ workers)
         p.send_signal(sig)

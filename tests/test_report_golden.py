@@ -30,7 +30,7 @@ ADDED: tuple[str, ...] = (
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
     r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
-    r'  "summary_version": 2,', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+    r'  "summary_version": \d+,', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
 )
 
 
@@ -53,7 +53,7 @@ def test_the_fixtures_are_schema_v1_runs():
     line = (RUNS / "single" / "records.jsonl").read_bytes().split(b"\n", 1)[0]
     assert line.startswith(b'{"v":1,')
     recs = list(read_records(RUNS / "single" / "records.jsonl", include_warmup=True))
-    assert len(recs) == 34 and all(r.v == 2 for r in recs)  # read into today's Record
+    assert len(recs) == 34 and all(r.v == 3 for r in recs)  # read into today's Record
 
 
 @pytest.mark.parametrize("run", ["single", "failing", "sweep", "openloop", "ab"])
@@ -81,7 +81,7 @@ def test_a_version_1_summary_json_is_read_into_todays_summary():
     assert "summary_version" not in old
     s = Summary.from_json(old)
     again = build_summary(RUNS / "single")
-    assert s.summary_version == again.summary_version == SUMMARY_VERSION == 2
+    assert s.summary_version == again.summary_version == SUMMARY_VERSION == 3
     assert s.levels["4"].metrics == again.levels["4"].metrics
     assert s.levels["4"].token_counts.prompt_mismatches == again.levels["4"].token_counts.prompt_mismatches == 0
     assert Summary.from_json(again.to_json()) == again  # today's round-trips
@@ -91,3 +91,25 @@ def test_a_version_1_summary_json_is_read_into_todays_summary():
     lv = Summary.from_json(real).levels["1"]
     assert lv.token_counts.prompt_not_planned == 0 and lv.token_counts.completion_counts_from == {}
     assert lv.acceptance.per_request is not None and lv.acceptance.per_request["source"] == "llama.cpp timings"
+
+
+def test_a_version_2_run_folder_is_read_and_reported(capsys):
+    """A run folder written by the previous version (records v2 without per-chunk stamp bounds,
+    summary v2 without the stated bound): its summary reads into today's Summary, its records read
+    with no bound, and `report` judges it as that version did (PASSED, exit 0)."""
+    from loadgate.analysis.summary import Summary, build_summary
+    from loadgate.jsonutil import load_json
+    from loadgate.records import read_records
+
+    run = RUNS.parent / "runs-v2" / "single"
+    old = load_json(run / "summary.json")
+    assert old["summary_version"] == 2 and "stamp_bound" not in old["levels"]["16"]["client_health"]
+    s = Summary.from_json(old)
+    again = build_summary(run)
+    assert s.levels["16"].metrics == again.levels["16"].metrics and s.levels["16"].succeeded == 40
+    assert again.levels["16"].client_health.stamp_bound is None  # v2 records carry no bound
+    assert (run / "records.jsonl").read_bytes().startswith(b'{"v":2,')
+    recs = list(read_records(run / "records.jsonl", include_warmup=True))
+    assert len(recs) == 56 and all(r.v == 3 and r.chunk_early_ns == [] for r in recs)
+    assert main(["report", str(run)]) == 0
+    assert "outcome: PASSED (exit 0)" in capsys.readouterr().out

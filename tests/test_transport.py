@@ -7,7 +7,7 @@ import contextlib
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loadgate.load.transport import Pool, ProtocolConn, SocketConn, parse_response
@@ -19,6 +19,7 @@ def chunked(pieces: list[bytes]) -> bytes:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=300), max_size=12), st.lists(st.integers(1, 50), max_size=40))
+@example([], [1, 26, 50, 1])  # the header block's end split over a 1-byte read (found by this test)
 def test_chunked_payload_survives_any_split_and_the_end_is_found_exactly_once(pieces, cuts):
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
     wire = head + chunked(pieces)
@@ -266,3 +267,88 @@ def test_a_read_is_stamped_when_its_last_packet_arrived():
     assert len(stamps) == 3 and stamps[0] == stamps[1] == stamps[2]  # one read, one stamp
     assert abs(stamps[2] - sends[2]) < 5_000_000  # ... the last packet's arrival
     assert stamps[0] - sends[0] > 30_000_000  # so the first event is stamped ~40 ms late
+
+
+def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_an_exact_end():
+    """One engine step answers 24 streams at once, each with its last chunk and the stream's end in
+    one write. The client works through the 24 sockets in one loop turn, slowly (0.2 ms each), so
+    the later reads begin well over `LATE_READ_NS` after their packets arrived. They waited for the
+    rest of the burst, not because the loop was behind: their loop turn woke promptly, and the last
+    chunk keeps an exact stamp (a bound of the whole gap since the previous read would call a
+    perfectly timed run invalid). A second burst after an idle gap is a new turn."""
+    import socket
+    import threading
+
+    import uvloop
+
+    from loadgate.load import transport
+    from loadgate.load.target import LATE_READ_NS, Raw, early_bounds, finish_socket
+
+    n = 24
+    tail = chunked([b'data: {"x": 1}\n\ndata: [DONE]\n\n'])
+    ready = threading.Barrier(2)
+
+    def serve(lsock: socket.socket) -> None:
+        conns = []
+        for _ in range(n):
+            c, _ = lsock.accept()
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c.recv(65536)
+            c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            conns.append(c)
+        ready.wait(5)
+        time.sleep(0.05)
+        for c in conns:  # the burst
+            c.sendall(tail)
+        time.sleep(0.2)
+        for c in conns:
+            c.close()
+
+    slow_on_data = transport._Framing._on_data
+
+    def on_data(self, t_ns, data, begin):  # the client's work per read, made slow
+        end = time.perf_counter_ns() + 300_000
+        while time.perf_counter_ns() < end:
+            pass
+        slow_on_data(self, t_ns, data, begin)
+
+    async def exchange() -> list[Raw]:
+        lsock = socket.create_server(("127.0.0.1", 0))
+        th = threading.Thread(target=serve, args=(lsock,), daemon=True)
+        th.start()
+        pool = Pool(f"http://127.0.0.1:{lsock.getsockname()[1]}/v1/completions")
+        conns, dones = [], []
+        for _ in range(n):
+            c, _ = await pool.acquire()
+            dones.append(c.begin())
+            await c.send(pool.request_bytes(b"{}", {}))
+            conns.append(c)
+        await asyncio.sleep(0.02)  # the headers are read
+        await asyncio.get_running_loop().run_in_executor(None, ready.wait, 5)
+        await asyncio.wait_for(asyncio.gather(*dones), 5)
+        raws = []
+        for c in conns:
+            raw = Raw(start_ns=c.sent_ns, socket_reads=list(c.reads), read_begin=list(c.read_begin), sent_ns=c.sent_ns)
+            finish_socket(raw)
+            raws.append(raw)
+        pool.close()
+        th.join(5)
+        lsock.close()
+        return raws
+
+    old = transport._Framing._on_data
+    transport._Framing._on_data = on_data  # type: ignore[method-assign]
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            raws = runner.run(exchange())
+    finally:
+        transport._Framing._on_data = old  # type: ignore[method-assign]
+    last = [(raw.end_ns, raw.read_begin[-1]) for raw in raws]
+    assert all(raw.status == 200 and raw.error is None for raw in raws)
+    late = [t for t, (begin, _, _) in last if begin - t > LATE_READ_NS]
+    assert len(late) >= n // 3  # the tail of the burst was read late ...
+    wakes = {wake for _, (_, wake, _) in last}
+    assert len(wakes) <= 3  # ... in one turn (or a few, if the burst straddled a poll)
+    assert all(early_bounds(raw, [raw.end_ns]) == [0] for raw in raws)  # ... and still exact
+    heads = {raw.read_begin[0][1] for raw in raws}
+    assert heads.isdisjoint(wakes)  # the headers' reads, 50 ms earlier, were other turns

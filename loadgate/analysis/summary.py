@@ -14,7 +14,7 @@ from typing import Any
 from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.specdec import contamination, from_counters, from_records, reconcile
-from loadgate.analysis.validity import schedule_lag, verdict
+from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warnings
 from loadgate.config.profile import HealthBudgets
 from loadgate.engine.servermetrics import Snapshot
 from loadgate.jsonutil import load_json
@@ -130,6 +130,10 @@ class ClientHealth:
     gc_pause_total_ms: float
     client_cpu_fraction: float | None
     workers: int
+    stamp_bound: dict[str, Any] | None = None  # `analysis.validity.stamp_bound`: the stated stamp error
+    warnings: list[str] = dataclasses.field(default_factory=list)  # budgets exceeded, not invalidating
+    cpu_s: float | None = None  # CPU seconds of the client's processes over the window, together
+    decode_cpu_s: float | None = None  # and to decode the window's responses, after it
     schedule_lag_ms: dict[str, float | None] | None = None
 
 
@@ -170,7 +174,7 @@ class LevelSummary:
 
 
 def level_summary(records: list[Record], server: dict[str, Any] | None, health: list[dict[str, Any]],
-                  profile: dict[str, Any]) -> LevelSummary:
+                  profile: dict[str, Any], cpus: dict[str, Any] | None = None) -> LevelSummary:
     s = summarize(records)
     tc = token_check(records, profile["workload"]["token_mismatch_limit"])
     per_request = from_records(records)
@@ -190,9 +194,13 @@ def level_summary(records: list[Record], server: dict[str, Any] | None, health: 
         invalid.append(f"{tc.mismatch_fraction:.1%} of requests had token counts off the plan "
                        f"(limit {tc.limit:.1%}): check the tokenizer and that ignore_eos is honoured")
     h = merge_health(health, schedule_lag(records))
+    lag = h.loop_lag_ms.get("p99")
+    h = dataclasses.replace(h, stamp_bound=stamp_bound(records, None if lag is None else float(lag)))
     budgets = profile.get("health")
     if budgets:
-        invalid += verdict(dataclasses.asdict(h), HealthBudgets(**budgets))
+        b = HealthBudgets(**budgets)
+        invalid += verdict(dataclasses.asdict(h), b, cpus)
+        h = dataclasses.replace(h, warnings=warnings(dataclasses.asdict(h), b))
     throughput = Throughput(**s["throughput"])
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
@@ -203,21 +211,30 @@ def merge_health(parts: list[dict[str, Any]], schedule: dict[str, float | None] 
     """Worst case over worker processes (each measured its own loop)."""
     parts = [p for p in parts if p]
     if not parts:
-        return ClientHealth({"p50": None, "p99": None, "max": None, "samples": 0}, 0, 0.0, 0.0, None, 0, schedule)
+        return ClientHealth({"p50": None, "p99": None, "max": None, "samples": 0}, 0, 0.0, 0.0, None, 0, schedule_lag_ms=schedule)
 
     def worst(get: Any) -> Any:
         vals = [v for p in parts if (v := get(p)) is not None]
         return max(vals) if vals else None
 
+    def total(key: str) -> float | None:
+        vals = [p[key] for p in parts if p.get(key) is not None]
+        return sum(vals) if vals else None
+
     return ClientHealth({k: worst(lambda p, k=k: p["loop_lag_ms"][k]) for k in ("p50", "p99", "max")}
                         | {"samples": sum(p["loop_lag_ms"]["samples"] for p in parts)},
                         sum(p["gc_pauses"] for p in parts), worst(lambda p: p["gc_pause_max_ms"]),
                         sum(p["gc_pause_total_ms"] for p in parts), worst(lambda p: p["client_cpu_fraction"]),
-                        len(parts), schedule)
+                        len(parts), cpu_s=total("cpu_s"), decode_cpu_s=total("decode_cpu_s"),
+                        schedule_lag_ms=schedule)
 
 
-SUMMARY_VERSION = 2
-"""2: the summary carries its version; token counts say why prompts went unverified
+SUMMARY_VERSION = 3
+"""3: each level's `client_health` states the stamp bound (`stamp_bound`: the p99 of every chunk's
+bound and how many chunks had one), `warnings` (budgets exceeded that do not invalidate) and the
+client's CPU seconds (`cpu_s` over the window, `decode_cpu_s` after it). Version 2 files read the
+same, those fields empty.
+2: the summary carries its version; token counts say why prompts went unverified
 (`prompt_no_server_count`, `prompt_not_planned`) and where completion counts came from; the token
 pool and the chat template's count are kept; `contamination` and `server_gauges` are always
 present (null without server metrics); `damage` (unreadable record lines) and `interrupted`.
@@ -245,14 +262,14 @@ class Summary:
     summary_version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        """The fields of version 2 first, then those of version 1 in their order."""
+        """The fields added since version 1 first, then those of version 1 in their order."""
         d = asdict(self)
         return {"summary_version": d.pop("summary_version"), "interrupted": d.pop("interrupted"),
                 "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), **d}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Summary:
-        """From a summary.json of version 1 or 2."""
+        """From a summary.json of version 1, 2 or 3."""
         return cls(d["run_id"], d["loadgate"], d["model"], d["api"], d.get("load", "concurrency"),
                    {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
                    d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"),
@@ -268,7 +285,7 @@ def build_summary(run_dir: Path) -> Summary:
     for r in read_records(run_dir / "records.jsonl", damage=damage):
         by_level.setdefault(str(r.level), []).append(r)
     stop = load_json(run_dir / "stop.json") if (run_dir / "stop.json").exists() else {}
-    levels = {lv: level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"])
+    levels = {lv: level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"], meta.get("cpus"))
               for lv, recs in by_level.items()}
     return Summary(meta["run_id"], meta["loadgate"], meta["model"], meta["api"],
                    "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency", levels,

@@ -290,14 +290,18 @@ class Slo:
 
 @dataclass(frozen=True)
 class HealthBudgets:
-    """Limits on the client's own health; exceeding one makes the run invalid (exit code 30)."""
+    """How much measurement error a run may carry. Over `stamp_error_p99_ms` or (open loop)
+    `schedule_lag_p99_ms` the run is invalid (exit code 30); the others are warned about."""
 
-    loop_lag_p99_ms: float = knob(10.0, "event-loop lag p99 (each receive stamp is late by about this)",
-                                  exclusive_min=0.0)
-    gc_pause_max_ms: float = knob(50.0, "longest garbage-collection pause", exclusive_min=0.0)
-    cpu_max: float = knob(0.95, "client CPU as a fraction of one core, per worker process", exclusive_min=0.0)
-    schedule_lag_p99_ms: float = knob(10.0, "open loop: p99 of how late requests were noticed as due",
-                                      exclusive_min=0.0)
+    stamp_error_p99_ms: float = knob(
+        2.0, "p99 of how far a TTFT or ITL stamp may be from the chunk's arrival (several chunks in one read; "
+        "with user-space stamps, plus the loop's lag): over it the run is invalid", exclusive_min=0.0)
+    loop_lag_p99_ms: float = knob(10.0, "event-loop lag p99: warned about when over", exclusive_min=0.0)
+    gc_pause_max_ms: float = knob(50.0, "longest garbage-collection pause: warned about when over", exclusive_min=0.0)
+    cpu_max: float = knob(0.95, "client CPU as a fraction of one core, per worker process: warned about when over",
+                          exclusive_min=0.0)
+    schedule_lag_p99_ms: float = knob(10.0, "open loop: p99 of how late requests were noticed as due: over it "
+                                      "the run is invalid", exclusive_min=0.0)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ NEVER = StopFlag()
 
 async def run_one(t: Target, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
                   ready_ns: int, intended_ns: int | None) -> None:
-    raw = await fetch(t, body_for(t, req), f"{run_tag}-{req.i}")
+    body = t.bodies.pop(req.i, None) or body_for(t, req)
+    raw = await fetch(t, body, f"{run_tag}-{req.i}")
     rec.submit(req, raw, t0_ns=t0_ns, level=level, ready_ns=ready_ns, intended_ns=intended_ns)
 
 

@@ -57,6 +57,8 @@ class HealthMonitor:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return ru.ru_utime + ru.ru_stime
 
+    cpu_s = _cpu  # this process's CPU seconds so far
+
     def start(self) -> None:
         gc.callbacks.append(self._gc_cb)
         self._cpu0, self._wall0 = self._cpu(), perf_counter()
@@ -73,6 +75,7 @@ class HealthMonitor:
         self.cpu_fraction = (self._cpu() - self._cpu0) / wall if wall > 0 else None
         lags = np.asarray(self.lags_ms)
         return {
+            "cpu_s": self._cpu() - self._cpu0,
             "loop_lag_ms": lag_percentiles(lags),
             "gc_pauses": len(self.gc_pauses_ms), "gc_pause_max_ms": max(self.gc_pauses_ms, default=0.0),
             "gc_pause_total_ms": float(sum(self.gc_pauses_ms)),

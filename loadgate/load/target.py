@@ -22,7 +22,7 @@ from loadgate.engine.adapters.base import Decoded, EngineAdapter, ErrorInfo, Gen
 from loadgate.engine.http import SessionSettings, TlsFiles
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.sse import DEFAULT_MAX_EVENT, EventTooLarge, frame_sse
-from loadgate.load.transport import Conn, Limits, Pool, Refused, parse_response
+from loadgate.load.transport import READ_SIZE, Conn, Limits, Pool, Refused, parse_response
 from loadgate.secrets import register, registered
 
 
@@ -67,6 +67,7 @@ class Target:
     adapter: EngineAdapter = field(init=False)
     url: str = field(init=False)
     pool: Pool | None = field(init=False)
+    bodies: dict[int, bytes] = field(init=False, default_factory=dict)  # plan index -> body built ahead
 
     def __post_init__(self) -> None:
         for secret in self.spec.secrets:
@@ -91,6 +92,11 @@ class Raw:
     stamp_source: str = "user"  # "kernel": SO_TIMESTAMPNS receive times; "user": when the loop read
     read_lag_max_ns: int = 0  # largest delay between a kernel stamp and the loop reading the data
     new_connection: bool | None = None  # raw transport: the request opened its connection (None: unknown)
+    # per socket read: (when it began, when its loop turn woke, the floor of its data's arrival)
+    read_begin: list[tuple[int, int, int]] = field(default_factory=list)
+    sent_ns: int = 0  # when the request began to be sent
+    prev_read_of: dict[int, int] = field(default_factory=dict)  # a read's stamp -> the earliest its data can have arrived
+    wake_of: dict[int, int] = field(default_factory=dict)  # a read's stamp -> when its loop turn woke
 
 
 class IdleTimeout(Exception):
@@ -161,6 +167,7 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
     raw.end_ns = perf_counter_ns()
     if conn is not None:
         raw.socket_reads = conn.reads
+        raw.read_begin, raw.sent_ns = conn.read_begin, conn.sent_ns
         raw.stamp_source = conn.stamp_source
         raw.read_lag_max_ns = conn.user_lag_max_ns
         pool.release(conn, reusable=raw.error is None)
@@ -178,6 +185,14 @@ def finish_socket(raw: Raw) -> None:
         raw.socket_reads = None
         return
     raw.status, raw.headers_ns, raw.reads = resp.status, resp.headers_ns, resp.body
+    prev, carried = raw.sent_ns or raw.start_ns, False
+    for (t, data), (b, wake, floor) in zip(raw.socket_reads, raw.read_begin, strict=False):
+        # data a full read left behind may predate the loop's last turns: only the older bound holds
+        raw.prev_read_of.setdefault(t, prev if carried else max(prev, floor))
+        raw.wake_of.setdefault(t, wake)
+        carried = len(data) >= READ_SIZE
+        if not carried:
+            prev = b
     if raw.socket_reads and raw.error is None:  # a failure keeps its own time (as with aiohttp)
         raw.end_ns = raw.socket_reads[-1][0]
     if raw.error is None and not resp.complete:
@@ -196,12 +211,15 @@ async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
                 raw.headers_ns = perf_counter_ns()
                 raw.status = resp.status
                 readany = resp.content.readany
+                prev = raw.headers_ns or raw.start_ns
                 while True:
                     b = await readany()
                     ts = perf_counter_ns()
                     if not b:
                         break
                     reads.append((ts, b))
+                    raw.prev_read_of.setdefault(ts, prev)
+                    prev = ts
     except TimeoutError:
         raw.error = ErrorInfo("timeout", f"no complete response within {t.spec.timeout_s:g} s")
     except aiohttp.ClientConnectorError as e:
@@ -212,6 +230,34 @@ async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
         raw.error = ErrorInfo("disconnect", f"{type(e).__name__}: {e}")
     raw.end_ns = reads[-1][0] if reads and raw.error is None else perf_counter_ns()
     return raw
+
+
+LATE_READ_NS = 2_000_000  # a loop turn that woke this long after a read's last packet: the loop was behind (the default stamp budget)
+
+
+def early_bounds(raw: Raw, chunk_stamps: list[int]) -> list[int]:
+    """Per chunk, how much earlier than its stamp it may really have arrived (0: exactly then).
+
+    A read is stamped when its last packet arrived (the kernel merges packets queued together and
+    keeps the newest one's time). Data that was not in the read before on that connection arrived
+    after that read began, and after the loop's poll two turns back (`prev_read_of`; see
+    `transport._LoopTurns`). So:
+    - a chunk followed by another content chunk in the same read arrived between that moment and
+      the stamp: its bound is the difference;
+    - the last content chunk of a stream, read together with the stream's end (usage, [DONE], the
+      last HTTP chunk): exact when the loop read promptly (its loop turn woke within
+      `LATE_READ_NS` of the stamp, see `transport._LoopTurns`: a read that waited only for the
+      other sockets of the same turn was prompt). When the turn woke later, the end may have come
+      later than the chunk: the same bound as above;
+    - any other last chunk of a read came with the read's last packet: exact."""
+    out = [0] * len(chunk_stamps)
+    for j, t in enumerate(chunk_stamps):
+        shared = j + 1 < len(chunk_stamps) and chunk_stamps[j + 1] == t
+        late_end = (j + 1 == len(chunk_stamps) and t == raw.end_ns
+                    and raw.wake_of.get(t, t) - t > LATE_READ_NS)
+        if shared or late_end:
+            out[j] = max(0, t - raw.prev_read_of.get(t, t))
+    return out
 
 
 def decode(adapter: EngineAdapter, stream: bool, raw: Raw, max_event_bytes: int = DEFAULT_MAX_EVENT) -> Decoded:

@@ -5,7 +5,8 @@ in `data_received`.
 
 Why not aiohttp here: aiohttp parses HTTP inside `data_received` and the caller's coroutine sees
 the bytes only after a task switch, so its stamps trail the socket read (measured on the 2-core
-machine: +0.4 ms at p50 for one stream against the simulator; see benchmarks/client_overhead.py).
+machine: 1.1-3.2 ms late at p50 against the simulator where kernel stamps are within 5 µs;
+benchmarks/client_overhead.py).
 This protocol's `data_received` takes `perf_counter_ns()` first, keeps the raw bytes, and only
 walks chunk-size lines to know when the response ends (no copying, no decoding). De-chunking,
 header parsing and everything else happen after the response is complete. aiohttp stays the
@@ -42,6 +43,77 @@ _HDR_END = b"\r\n\r\n"
 READS_PER_WAKEUP = 4  # the reader returns to the loop after this many full reads, so timers still fire
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; Python does not export it
 _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
+
+
+class _WallToMono:
+    """CLOCK_REALTIME (kernel receive stamps) minus CLOCK_MONOTONIC (`perf_counter_ns`), measured
+    between two monotonic reads no more than 20 µs apart and kept for a second. Reading the two
+    clocks one after the other on every read is wrong by however long the thread is preempted
+    between them (another thread holding the interpreter for a switch interval: 5-30 ms)."""
+
+    def __init__(self) -> None:
+        self.offset_ns = 0
+        self.until_ns = 0
+
+    def offset(self, mono_now: int) -> int:
+        if mono_now >= self.until_ns:
+            best = None
+            for _ in range(8):
+                a = perf_counter_ns()
+                real = time.time_ns()
+                b = perf_counter_ns()
+                if best is None or b - a < best[0]:
+                    best = (b - a, real - (a + b) // 2)
+                if b - a <= 20_000:
+                    break
+            assert best is not None
+            self.offset_ns, self.until_ns = best[1], b + 1_000_000_000
+        return self.offset_ns
+
+
+WALL_TO_MONO = _WallToMono()
+
+
+class _LoopTurns:
+    """Groups socket reads by event-loop turn (one wake-up from the poll and the I/O callbacks it
+    ran): when a read's turn woke, and the earliest its data can have arrived.
+
+    Written by hand because no event loop exposes its poll. The first read of a turn stands for its
+    wake-up (`wake`); a marker scheduled with `call_soon` from that read runs after the turn's I/O
+    callbacks and before the next poll, so the next read after it starts a new turn.
+    - `wake`: a read that came late only because the loop was working through the other sockets of
+      one burst (64 streams answered by one engine step) is told apart from a loop that was behind
+      when it woke. It is a user-space time: when the interpreter was busy (another thread, a
+      descheduled process) it is late, and the read counts as late, which errs towards a wider bound.
+    - `floor`: the poll is level-triggered, so data that had arrived before the previous turn's poll
+      was read in that turn (or after an earlier read on its socket); the marker of the turn before
+      that ran before that poll began, so its time is a floor for every arrival read in this turn.
+      This holds on uvloop, which runs reader callbacks inside libuv's poll phase and `call_soon`
+      ones before the next poll. asyncio's own loop runs the marker after the poll it precedes, so
+      there the floor is 0 (no narrowing)."""
+
+    __slots__ = ("wake", "floor", "pending", "loop", "exact", "ended", "ended_before")
+
+    def __init__(self) -> None:
+        self.wake = self.floor = self.ended = self.ended_before = 0
+        self.pending = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.exact = False
+
+    def enter(self, begin_ns: int, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self.loop:  # a new loop (another run in this process): its own turns
+            self.loop, self.ended, self.ended_before = loop, 0, 0
+            self.exact = type(loop).__module__.startswith("uvloop")
+        self.floor = self.ended_before if self.exact else 0
+        self.wake, self.pending = begin_ns, True
+        loop.call_soon(self._turn_over)
+
+    def _turn_over(self) -> None:
+        self.pending = False
+        self.ended_before, self.ended = self.ended, perf_counter_ns()
+
+
+LOOP_TURNS = _LoopTurns()
 READ_SIZE = 1 << 18
 IDLE_MARGIN_NS = 1_000_000_000  # drop an idle connection this long before the server's keep-alive timeout
 STALE_REUSES_BEFORE_GIVING_UP = 3
@@ -154,6 +226,9 @@ class _Framing:
         self.idle_limit_ns: int | None = None  # from the server's `Keep-Alive: timeout=N`
         self.idle_since_ns = 0
         self.user_lag_max_ns = 0  # largest (user-space read time - stamp): how busy the loop was
+        # per read: (when it began, when its loop turn woke, the earliest its data can have arrived)
+        self.read_begin: list[tuple[int, int, int]] = []
+        self.sent_ns = 0  # when the request began to be handed to the socket
         self.last_read_ns = 0
         self.limits = limits or Limits()
         self.budget = budget
@@ -163,6 +238,7 @@ class _Framing:
     def _reset(self) -> None:
         self._head_parts: list[bytes] = []
         self._head_len = 0
+        self._head_tail = b""
         self._mode, self._left, self._tail = 0, 0, b""
         self._body_at = (0, 0)  # (read index, offset) where the body starts
         self._walker: ChunkWalker | None = None
@@ -171,6 +247,7 @@ class _Framing:
     def begin(self) -> asyncio.Future[None]:
         self.end()
         self.reads = []
+        self.read_begin = []
         self.user_lag_max_ns = 0
         self.last_read_ns = perf_counter_ns()
         self._reset()
@@ -186,16 +263,17 @@ class _Framing:
     def _refuse(self, kind: ErrorKind, detail: str) -> None:
         if self.done is not None and not self.done.done():
             self.done.set_exception(Refused(kind, detail))
-        self.reads = []  # a refused response is not decoded: its bytes go at once
+        self.reads, self.read_begin = [], []  # a refused response is not decoded: its bytes go at once
         self.abort()
 
     def abort(self) -> None:  # pragma: no cover - each connection kind closes itself
         raise NotImplementedError
 
-    def _on_data(self, t_ns: int, data: bytes) -> None:
+    def _on_data(self, t_ns: int, data: bytes, begin: tuple[int, int, int]) -> None:
         if self.done is None or self.done.done():
             return  # bytes after the end (or after a refusal): not kept
         self.reads.append((t_ns, data))
+        self.read_begin.append(begin)
         self.last_read_ns = t_ns
         n = len(data)
         self.received += n
@@ -232,9 +310,10 @@ class _Framing:
             if self._mode == 3:
                 return
             # mode 0: the header block; only the new bytes (and 3 before them) are searched
-            prev = self._head_parts[-1][-3:] if self._head_parts else b""
+            prev = self._head_tail  # the header block's last 3 bytes so far (its parts may be shorter)
             k = (prev + data).find(_HDR_END)
             if k < 0:
+                self._head_tail = (prev + data)[-3:]
                 self._head_parts.append(data)
                 self._head_len += len(data)
                 if self._head_len > self.limits.max_header_bytes:
@@ -247,7 +326,7 @@ class _Framing:
                 raise Refused("header_too_large", f"response headers longer than "
                               f"{self.limits.max_header_bytes:,} bytes (target.limits.max_header_bytes)")
             rest = data[k + 4:]
-            self._head_parts, self._head_len = [], 0
+            self._head_parts, self._head_len, self._head_tail = [], 0, b""
             if self._frame(head[:-4]):  # an interim 1xx response: the real one follows
                 data = rest
                 if not data:
@@ -381,13 +460,17 @@ class SocketConn(_Framing):
         if not self._reading:
             self.loop.add_reader(self.sock.fileno(), self._readable)
             self._reading = True
+        self.sent_ns = perf_counter_ns()  # before: no answer can arrive earlier
         await self.loop.sock_sendall(self.sock, data)
 
     def _readable(self) -> None:
-        recvmsg, now = self.sock.recvmsg, perf_counter_ns
+        recvmsg, now, turns = self.sock.recvmsg, perf_counter_ns, LOOP_TURNS
         for _ in range(READS_PER_WAKEUP):  # then back to the loop: its timers (timeouts) run
             if self.closed:
                 return
+            begin = now()  # data not in this read arrived after this (the GIL may be late to return)
+            if not turns.pending or turns.loop is not self.loop:
+                turns.enter(begin, self.loop)
             try:
                 data, anc, _, _ = recvmsg(READ_SIZE, 64)
             except (BlockingIOError, InterruptedError):
@@ -405,11 +488,11 @@ class SocketConn(_Framing):
             for level, kind, blob in anc:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(blob) >= 16:
                     sec, nsec = _TIMESPEC.unpack_from(blob)
-                    t = sec * 1_000_000_000 + nsec - (time.time_ns() - now())
+                    t = sec * 1_000_000_000 + nsec - WALL_TO_MONO.offset(user)
                     break
             if user - t > self.user_lag_max_ns:
                 self.user_lag_max_ns = user - t
-            self._on_data(t, data)
+            self._on_data(t, data, (begin, turns.wake, turns.floor))
             if len(data) < READ_SIZE:  # drained; the reader is level-triggered, more data calls again
                 return
 
@@ -459,10 +542,12 @@ class ProtocolConn(_Framing, asyncio.Protocol):
 
     async def send(self, data: bytes) -> None:
         assert self.transport is not None
+        self.sent_ns = perf_counter_ns()
         self.transport.write(data)
 
     def data_received(self, data: bytes) -> None:
-        self._on_data(perf_counter_ns(), data)
+        t = perf_counter_ns()
+        self._on_data(t, data, (t, t, 0))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost(exc)

@@ -21,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import multiprocessing as mp
+import os
 import queue
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
@@ -37,7 +38,7 @@ from loadgate.load.executors import NEVER, ClosedLoop, OpenLoop, StopFlag
 from loadgate.load.health import HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
-from loadgate.load.target import Target, TargetSpec
+from loadgate.load.target import Target, TargetSpec, body_for
 from loadgate.records import RecordWriter
 
 
@@ -57,25 +58,60 @@ def _share(total: int, n: int, j: int) -> int:
     return total // n + (1 if j < total % n else 0)
 
 
+BODY_BUDGET = 256 * 2**20  # request bodies built before a phase: at most this many bytes,
+BODY_COUNT = 200_000  # and this many (the rest are built when sent)
+
+
+def prebuild(target: Target, plan: Plan, indices: Iterable[int], budget: int = BODY_BUDGET,
+             count: int = BODY_COUNT) -> dict[int, bytes]:
+    """The phase's request bodies, built before it starts, so the window spends no time
+    serializing prompts."""
+    out: dict[int, bytes] = {}
+    used = 0
+    for k in indices:
+        b = body_for(target, plan[k])
+        used += len(b)
+        if used > budget or len(out) >= count:
+            break
+        out[k] = b
+    return out
+
+
 async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *, concurrency: int | None,
                  next_index: Callable[[], int | None] | None, start_ns: int | None,
                  mine: Callable[[int], bool], stop_flag: StopFlag = NEVER) -> dict[str, Any]:
+    """Run one phase with nothing but sending and receiving in the window: bodies built before,
+    records decoded and written after (`Recorder(defer=True)`), the garbage collector off during
+    it (what exists before is frozen; one collection after)."""
+    target.bodies = prebuild(target, plan, (k for k in phase.indices if next_index is not None or mine(k)))
     gc.collect()
-    gc.freeze()  # what exists now (plan, pools, modules) never needs scanning again: shorter pauses
+    gc.freeze()  # what exists now (plan, pools, bodies, modules) never needs scanning again
     monitor = HealthMonitor()
     monitor.start()
     stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
-    if phase.open_loop:
-        await OpenLoop(float(phase.level), start_ns or perf_counter_ns(), phase.max_in_flight, stop, stop_flag).run(
-            target, (plan[k] for k in phase.indices if mine(k)), recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
-    else:
-        def draw() -> Iterator[PlannedRequest]:
-            while next_index is not None and (k := next_index()) is not None:
-                yield plan[k]
-        src = draw() if next_index is not None else (plan[k] for k in phase.indices if mine(k))
-        await ClosedLoop(concurrency or int(phase.level), int(phase.level), stop, stop_flag).run(
-            target, src, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
-    return await monitor.stop()
+    gc.disable()
+    try:
+        if phase.open_loop:
+            await OpenLoop(float(phase.level), start_ns or perf_counter_ns(), phase.max_in_flight, stop,
+                           stop_flag).run(target, (plan[k] for k in phase.indices if mine(k)), recorder,
+                                          run_tag=phase.run_tag, t0_ns=phase.t0_ns)
+        else:
+            def draw() -> Iterator[PlannedRequest]:
+                while next_index is not None and (k := next_index()) is not None:
+                    yield plan[k]
+            src = draw() if next_index is not None else (plan[k] for k in phase.indices if mine(k))
+            await ClosedLoop(concurrency or int(phase.level), int(phase.level), stop, stop_flag).run(
+                target, src, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
+        health = await monitor.stop()
+    finally:
+        gc.enable()
+        target.bodies = {}
+        cpu = monitor.cpu_s()
+        recorder.flush()  # also when the phase was cut short: what finished is written
+    health["decode_cpu_s"] = monitor.cpu_s() - cpu  # the deferred decoding, after the window
+    gc.unfreeze()
+    gc.collect()
+    return health
 
 
 async def run_phase_here(target: Target, plan: Plan, phase: Phase, writer: RecordWriter,
@@ -83,7 +119,7 @@ async def run_phase_here(target: Target, plan: Plan, phase: Phase, writer: Recor
                          ) -> list[dict[str, Any]]:
     """Run the phase on the current event loop; returns [health]. The caller keeps `target` open
     across a level's phases, so the measured phase reuses the connections its warmup opened."""
-    return [await _drive(target, plan, phase, Recorder(target, writer, on_done), concurrency=None,
+    return [await _drive(target, plan, phase, Recorder(target, writer, on_done, defer=True), concurrency=None,
                          next_index=None, start_ns=None, mine=lambda k: True, stop_flag=stop_flag)]
 
 
@@ -162,7 +198,8 @@ class WorkerGroup:
                 box.put(start)
             health = await self._collect("done", None, on_progress)
         except BaseException:
-            self.failed = True  # close() stops the others at once: no load after an error
+            self.failed = True  # no load after an error: the others stop at once
+            self._halt()
             raise
         finally:
             for part in parts:  # what was recorded is kept, even when a worker failed
@@ -175,10 +212,25 @@ class WorkerGroup:
         """Start no new request (the requests in flight finish)."""
         self.stopping.value = 1
 
+    def _halt(self, flush_s: float = 5.0) -> None:
+        """Stop the workers now: SIGTERM cancels each one's requests and it writes the records of
+        those that finished (its `_drive` flushes); one still alive after `flush_s` is killed."""
+        for box in self.inboxes:
+            box.put(None)
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        deadline = perf_counter_ns() + int(flush_s * 1e9)
+        for p in self.procs:
+            p.join(max(0.0, (deadline - perf_counter_ns()) / 1e9))
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
     def close(self) -> None:
         if self.failed:
-            for p in self.procs:
-                p.kill()
+            self._halt()
+            return
         for box in self.inboxes:
             box.put(None)
         for p in self.procs:
@@ -196,12 +248,30 @@ def _worker_error(j: int, kind: str, message: str) -> Exception:
     return RuntimeError(f"load worker {j}: {kind}: {message}")
 
 
+def pin(j: int, n: int) -> int | None:
+    """Worker `j` of `n` to a core of its own, when the CPUs this process may use are at least `n`
+    (the scheduler otherwise moves workers onto one core now and then, and their streams wait).
+    Returns the core, or None where that is not possible (fewer cores, no affinity on this OS)."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    if n < 2 or len(cores) < n:
+        return None
+    core = cores[len(cores) - n + j]  # the last n: the parent and the rest of the system keep the first
+    try:
+        os.sched_setaffinity(0, {core})
+    except OSError:
+        return None
+    return core
+
+
 def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any, outbox: Any,
             counter: Any, done: Any, stopping: Any) -> None:
     # The parent handles signals and tells the workers to stop (or kills them); a Ctrl-C reaching
     # the whole process group must not cut their requests short before that.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    pin(j, n)
     try:
         run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done, stopping))
     except BaseException as e:  # reported to the parent, which prints one line; no traceback here
@@ -211,8 +281,11 @@ def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int],
 
 async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any,
                        outbox: Any, counter: Any, done: Any, stopping: Any) -> None:
-    plan = build_plan(profile, pool)
     loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    if main is not None:  # SIGTERM from the parent: cancel, so the phase writes what finished
+        loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    plan = build_plan(profile, pool)
 
     def on_done() -> None:
         with done.get_lock():
@@ -245,7 +318,8 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                 health: dict[str, Any] = {}
                 with RecordWriter(Path(part)) as writer:
                     if conc != 0:
-                        health = await _drive(target, plan, p, Recorder(target, writer, on_done), concurrency=conc,
+                        health = await _drive(target, plan, p, Recorder(target, writer, on_done, defer=True),
+                                              concurrency=conc,
                                               next_index=None if phase.open_loop or phase.warmup else next_index,
                                               start_ns=start_ns, mine=lambda k: k % n == j,
                                               stop_flag=StopFlag(stopping))

@@ -134,6 +134,14 @@ def render_summary(summary: Summary) -> str:
             out.append(f"client: loop lag p99 {fmt(h.loop_lag_ms['p99'])} ms, GC pause max "
                        f"{fmt(h.gc_pause_max_ms)} ms, CPU {'n/a' if cpu is None else f'{cpu:.0%}'} "
                        f"of a core, {h.workers} worker(s)")
+        sb = h.stamp_bound
+        if sb:
+            how = "kernel receive stamps" if not sb["user_stamped_requests"] else "user-space stamps, loop lag included"
+            out.append(f"stamps: TTFT and ITL stamps are within {sb['stated_p99_ms']:.3f} ms of each chunk's arrival "
+                       f"at p99 ({how}; {sb['shared_read_fraction']:.1%} of chunks shared a read, max "
+                       f"{sb['max_ms']:.2f} ms)")
+        for w in h.warnings:
+            out.append(f"warning: {w}")
         for msg in s.invalid:
             out.append(f"INVALID: {msg}")
     return "\n".join(out)

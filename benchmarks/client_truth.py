@@ -1,0 +1,289 @@
+"""Client truth under load: how late loadgate stamps events against a server with a known schedule,
+with request churn (short requests starting and ending all the time), and what it costs.
+
+The server is `benchmarks/event_source.py` (one or more processes on one port): each stream's first
+chunk 50 ms after the request, then one 3-token chunk per 20 ms tick (50 events/s per stream), 60
+tokens per request, so at 256 streams about 640 requests start and end every second. Its send times
+are the truth. loadgate runs as a separate process (`loadgate run --unverified`, default health
+budgets), pinned to other cores than the server. Per configuration it prints:
+  client-added delay   loadgate's recorded arrival - the server's send time, per event (p50/p99/max)
+  stamp uncertainty    p99 of the per-event bound loadgate records itself (how far an event's true
+                       arrival may lie before its stamp, when one read carried several events)
+  CPU / 1000 events    CPU seconds of the whole loadgate process tree (parent and workers, sampled
+                       with psutil every 50 ms) over the measured window, plus the decoding of
+                       those responses that loadgate defers to after the window (health.json)
+  verdict              loadgate's own: valid, or INVALID with the bound it measured
+Events/s is counted from the server's send times.
+
+    python benchmarks/client_truth.py                             # 64, 256, 512 streams, 3 reps
+    python benchmarks/client_truth.py --streams 256 --profile     # where the client's time goes
+    python benchmarks/client_truth.py --workers 1 2 4 8 --scale --server-cpus 0-7 --client-cpus 8-15
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import platform
+import pstats
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadgate.jsonutil import load_json  # noqa: E402
+from loadgate.records import read_records  # noqa: E402
+
+READY = "event source listening on "
+
+
+def cpus(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+@contextlib.contextmanager
+def event_sources(n: int, server_cpus: list[int], log_dir: Path) -> Iterator[str]:
+    """`n` event-source processes on one port, spread over `server_cpus`."""
+    procs: list[subprocess.Popen[str]] = []
+    port = 0
+    try:
+        for k in range(n):
+            cpu = server_cpus[k % len(server_cpus)]
+            p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "event_source.py"), "--port", str(port),
+                                  "--log-dir", str(log_dir), "--reuse-port", "--cpu", str(cpu)],
+                                 stdout=subprocess.PIPE, text=True)
+            procs.append(p)
+            line = p.stdout.readline() if p.stdout else ""
+            assert line.startswith(READY), line
+            url = line[len(READY):].strip()
+            port = int(url.rsplit(":", 1)[1])
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(30)
+
+
+def truth(log_dir: Path) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for f in log_dir.glob("truth-*.jsonl"):
+        for line in f.read_text().splitlines():
+            d = json.loads(line)
+            out[d["request_id"]] = d["send_ns"]
+    return out
+
+
+def profile_doc(url: str, streams: int, per_stream: int, workers: int, out: Path) -> dict[str, Any]:
+    return {"name": "truth", "target": {"endpoint": url, "model": "m", "metrics_url": "http://127.0.0.1:9/metrics"},
+            "workload": {"requests": streams * per_stream, "tokenizer": "none",
+                         "input_len": {"dist": "fixed", "value": 8}, "output_len": {"dist": "fixed", "value": 60}},
+            "load": {"concurrency": streams, "warmup_requests": streams, "workers": workers},
+            "output": {"dir": str(out), "run_id": "r"}}
+
+
+class TreeCpu:
+    """CPU seconds of a process and all its descendants, sampled every `interval_s` (psutil), so
+    the window's share can be read off afterwards."""
+
+    def __init__(self, pid: int, interval_s: float = 0.05) -> None:
+        self.root = psutil.Process(pid)
+        self.samples: list[tuple[int, float]] = []
+        self.seen: dict[int, float] = {}  # pid -> last CPU seen (a finished worker keeps its total)
+        self._stop = threading.Event()
+        self._interval = interval_s
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(psutil.Error):
+                for p in [self.root, *self.root.children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):
+                        c = p.cpu_times()
+                        self.seen[p.pid] = c.user + c.system
+            self.samples.append((time.perf_counter_ns(), sum(self.seen.values())))
+            self._stop.wait(self._interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def between(self, a_ns: int, b_ns: int) -> float:
+        t = np.asarray([x for x, _ in self.samples], dtype=np.float64)
+        c = np.asarray([y for _, y in self.samples])
+        return float(np.interp(b_ns, t, c) - np.interp(a_ns, t, c))
+
+
+def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: list[int], client_cpus: list[int],
+        prof: bool = False) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_p = Path(tmp)
+        (tmp_p / "truth").mkdir()
+        with event_sources(sources, server_cpus, tmp_p / "truth") as url:
+            p = tmp_p / "p.yaml"
+            p.write_text(yaml.safe_dump(profile_doc(url, streams, per_stream, workers, tmp_p / "out")))
+            cmd = [sys.executable, "-m", "loadgate", "run", "-q", "--unverified", str(p)]
+            if prof:
+                cmd = [sys.executable, "-m", "cProfile", "-o", str(tmp_p / "prof.out"), "-m", "loadgate", "run", "-q",
+                       "--unverified", str(p)]
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                    preexec_fn=lambda: os.sched_setaffinity(0, set(client_cpus)))
+            tree = TreeCpu(proc.pid)
+            _, err = proc.communicate()
+            tree.stop()
+            wall = time.perf_counter() - t0
+        sent = truth(tmp_p / "truth")
+        d = tmp_p / "out" / "r"
+        meta = load_json(d / "meta.json")
+        summary = load_json(d / "summary.json")
+        verdict = load_json(d / "verdict.json")
+        health = load_json(d / "health.json")
+        t0_ns = meta["t0_ns"]
+        delays, bounds = [], []
+        why: dict[str, list[float]] = {"first": [], "middle": [], "last": []}  # bounded chunks: send gap to next
+        first, last = None, 0
+        for r in read_records(d / "records.jsonl"):
+            s = sent.get(f"r-L{streams}-{r.i}")
+            if s is None or r.error is not None:
+                continue
+            start = t0_ns + r.start_ns
+            first = start if first is None else min(first, start)
+            last = max(last, t0_ns + r.end_ns)
+            delays += [(start + got - t) / 1e6 for got, t in zip(r.chunk_ns, s, strict=False)]
+            bounds += [b / 1e6 for b in r.chunk_early_ns]
+            for j, b in enumerate(r.chunk_early_ns):
+                if b > 0:
+                    pos = "first" if j == 0 else "last" if j == len(r.chunk_early_ns) - 1 else "middle"
+                    why[pos].append((s[j + 1] - s[j]) / 1e6 if j + 1 < len(s) else float("nan"))
+        level = summary["levels"][str(streams)]
+        decode_cpu = sum(h.get("decode_cpu_s") or 0.0 for h in health.get(str(streams), []))
+        window_cpu = tree.between(first or 0, last)
+        measured_sends = [t for rid, s in sent.items() if rid.startswith(f"r-L{streams}-") and "w-" not in rid
+                          for t in s]
+        span = (max(measured_sends) - min(measured_sends)) / 1e9 if measured_sends else 0.0
+        x = np.asarray(delays)
+        ev = max(1, x.size)
+        out = {"streams": streams, "workers": workers, "events": int(x.size), "rate": len(measured_sends) / span
+               if span else 0.0, "p50": float(np.percentile(x, 50)), "p99": float(np.percentile(x, 99)),
+               "max": float(x.max()), "bound_p99": float(np.percentile(bounds, 99)) if bounds else None,
+               "cpu_per_1k": 1000 * (window_cpu + decode_cpu) / ev, "window_cpu_per_1k": 1000 * window_cpu / ev,
+               "decode_cpu_per_1k": 1000 * decode_cpu / ev, "wall": wall, "code": proc.returncode,
+               "outcome": verdict["outcome"],
+               "stated_bound": ((level.get("client_health") or {}).get("stamp_bound") or {}).get("stated_p99_ms"),
+               "stderr": err[-300:],
+               "bounded": {k: (len(v), float(np.nanmedian(v)) if len(v) and not np.isnan(v).all() else None)
+                           for k, v in why.items()}}
+        if prof:
+            buf = io.StringIO()
+            pstats.Stats(str(tmp_p / "prof.out"), stream=buf).sort_stats("tottime").print_stats(18)
+            out["profile"] = buf.getvalue()
+        return out
+
+
+def median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out = dict(runs[len(runs) // 2])
+    for k in ("p50", "p99", "max", "cpu_per_1k", "window_cpu_per_1k", "decode_cpu_per_1k", "rate", "wall"):
+        out[k] = float(np.median([r[k] for r in runs]))
+    for k in ("bound_p99", "stated_bound"):
+        vals = [r[k] for r in runs if r[k] is not None]
+        out[k] = float(np.median(vals)) if vals else None
+    out["outcomes"] = sorted({f"{r['outcome']} (exit {r['code']})" for r in runs})
+    out["reps"] = len(runs)
+    return out
+
+
+def show(r: dict[str, Any]) -> None:
+    bound = "n/a" if r["bound_p99"] is None else f"{r['bound_p99']:.3f}"
+    stated = "n/a" if r["stated_bound"] is None else f"{r['stated_bound']:.3f}"
+    print(f"{r['streams']:>4} streams  {r['workers']} worker(s)  {r['rate']:>8,.0f} ev/s  delay p50 {r['p50']:.3f} "
+          f"p99 {r['p99']:.3f} max {r['max']:.2f} ms  stamp-uncertainty p99 {bound} ms (stated {stated})  "
+          f"CPU {r['cpu_per_1k']:.4f} s/1000 ev (window {r['window_cpu_per_1k']:.4f} + decoding "
+          f"{r['decode_cpu_per_1k']:.4f})  verdict {', '.join(r.get('outcomes') or [r['outcome']])}  "
+          f"({r['events']:,} events, median of {r['reps']})", flush=True)
+    if r.get("bounded") and any(n for n, _ in r["bounded"].values()):
+        print("      chunks given a bound, by position (count, median send gap to the next chunk ms): "
+              + ", ".join(f"{k} {n} ({'n/a' if g is None else f'{g:.3f}'})" for k, (n, g) in r["bounded"].items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--streams", type=int, nargs="+", default=[64, 256, 512])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--per-stream", type=int, default=12, help="requests per stream (each ~0.45 s)")
+    ap.add_argument("--sources", type=int, default=1, help="event-source processes on one port")
+    ap.add_argument("--server-cpus", default="0")
+    ap.add_argument("--client-cpus", default="1")
+    ap.add_argument("--profile", action="store_true", help="profile the client (one run per configuration)")
+    ap.add_argument("--max-streams", type=int, default=8192, help="--scale: stop doubling here")
+    ap.add_argument("--scale", action="store_true",
+                    help="per worker count, double the streams until delay p99 > 1 ms; report the last rate, "
+                         "and the last one loadgate judged valid")
+    a = ap.parse_args()
+    sc, cc = cpus(a.server_cpus), cpus(a.client_cpus)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"event source(s) {a.sources} on CPUs {sc}, loadgate on CPUs {cc}; 50 events/s per stream, "
+          f"3-token chunks, 60 tokens per request, {a.per_stream} requests per stream")
+    if a.profile:
+        for n in a.streams:
+            r = one(n, a.workers[0], a.per_stream, a.sources, sc, cc, prof=True)
+            show({**r, "reps": 1})
+            print(r["profile"])
+        return
+    if a.scale:
+        figures = []
+        for w in a.workers:
+            n, best, valid = 64 * w, None, None
+            while n <= a.max_streams:
+                r = median([one(n, w, a.per_stream, a.sources, sc, cc) for _ in range(a.reps)])
+                show(r)
+                if r["p99"] > 1.0 or r["code"] not in (0, 11, 30):
+                    break
+                best = r
+                if r["code"] in (0, 11):
+                    valid = r
+                n *= 2
+            figures.append((w, best, valid))
+        print("\nscaling (events/s at the largest stream count doubled from 64 per worker):")
+        base = figures[0][1]["rate"] if figures and figures[0][1] else None
+        base_v = figures[0][2]["rate"] if figures and figures[0][2] else None
+        for w, best, valid in figures:
+            b = f"{best['rate']:>9,.0f} ev/s ({best['streams']} streams)" if best else "none"
+            v = f"{valid['rate']:>9,.0f} ev/s ({valid['streams']} streams)" if valid else "none"
+            lin = f" = {best['rate'] / base / w:.2f} x linear" if best and base else ""
+            lin_v = f" = {valid['rate'] / base_v / w:.2f} x linear" if valid and base_v else ""
+            print(f"  workers {w}: client-added delay p99 <= 1 ms: {b}{lin};  verdict valid (stamp bound "
+                  f"within budget): {v}{lin_v}")
+        return
+    results: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for _ in range(a.reps):  # interleaved: drift hits every configuration alike
+        for w in a.workers:
+            for n in a.streams:
+                results.setdefault((n, w), []).append(one(n, w, a.per_stream, a.sources, sc, cc))
+    for runs in results.values():
+        show(median(runs))
+
+
+if __name__ == "__main__":
+    main()
