@@ -1,4 +1,4 @@
-"""Fixtures shared by the real-engine tests (vLLM and llama-server).
+"""Fixtures shared by the real-engine tests (vLLM, llama-server and SGLang).
 
 - ``models`` (session): paths of the project's tiny models, as ``scripts/engines/make_models.py
   --paths`` prints them (keys ``root``, ``target``, ``draft`` — Hugging Face folders — and
@@ -9,6 +9,8 @@
   that fits the tiny models' 2048-token context; the same bytes every run.
 - ``write_profile`` / ``profile_factory``: write a loadgate profile YAML for a real endpoint
   (:func:`profile_file`), bound to the test's ``tmp_path`` or taking the folder first.
+- ``sgl_kernel_shim_log`` (session, from ``sgl_kernel_guard.py``): the call log of the SGLang
+  servers' kernel shim; the session fails at its end when any shim function was called.
 
 The helpers in ``scripts/engines/`` are importable here as ``common`` (and ``vllm_engine``).
 """
@@ -34,6 +36,8 @@ if str(ENGINES) not in sys.path:
     sys.path.insert(0, str(ENGINES))
 
 import common  # noqa: E402
+
+from .sgl_kernel_guard import sgl_kernel_shim_log  # noqa: E402,F401  (a fixture)
 
 
 def post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
