@@ -1,12 +1,14 @@
 """Start and stop SGLang (``cache_dir()/sglang-venv``, on CPU) on loopback.
 
 Variants (:data:`VARIANTS`): the project's tiny model served in float32 (the baseline), float16
-and bfloat16 (the planted differences). Every server is started as::
+and bfloat16 (the planted differences), without SGLang's prefix (radix) cache, and float32 with
+it (SGLang's default; a cached prompt prefix changes the prefill's shapes, and with them the first
+output token's logprob by a float32 ULP). Every server is started as::
 
     VENV/bin/python -m sglang.launch_server --model-path DIR --served-model-name tiny
         --device cpu --attention-backend torch_native --disable-overlap-schedule
         --host 127.0.0.1 --port P --enable-metrics --max-total-tokens 16384
-        --dtype float32|float16|bfloat16 --random-seed 0
+        --dtype float32|float16|bfloat16 --random-seed 0 [--disable-radix-cache]
 
 with ``SGLANG_USE_CPU_ENGINE=1``, the hub switched off, and ``PYTHONPATH`` holding loadgate's
 ``sgl_kernel`` import shim (``scripts/engines/sgl_kernel_shim/``: SGLang's kernel package is
@@ -49,10 +51,12 @@ class Variant:
 
     name: str
     dtype: str = "float32"
+    radix_cache: bool = False  # SGLang's prefix cache (on by default in SGLang)
 
 
 VARIANTS: dict[str, Variant] = {
     "f32": Variant("f32"),
+    "f32-radix": Variant("f32-radix", radix_cache=True),
     "f16": Variant("f16", dtype="float16"),
     "bf16": Variant("bf16", dtype="bfloat16"),
 }
@@ -68,7 +72,8 @@ def argv_for(v: Variant, model_dir: str, port: int) -> list[str]:
     return [str(venv_python()), "-m", "sglang.launch_server", "--model-path", model_dir,
             "--served-model-name", SERVED_NAME, "--device", "cpu", "--attention-backend", "torch_native",
             "--disable-overlap-schedule", "--host", "127.0.0.1", "--port", str(port), "--enable-metrics",
-            "--max-total-tokens", str(MAX_TOTAL_TOKENS), "--dtype", v.dtype, "--random-seed", "0"]
+            "--max-total-tokens", str(MAX_TOTAL_TOKENS), "--dtype", v.dtype, "--random-seed", "0"] + (
+                [] if v.radix_cache else ["--disable-radix-cache"])
 
 
 def weights_sha256(model_dir: str) -> str:
@@ -79,7 +84,8 @@ def weights_sha256(model_dir: str) -> str:
 def declared_for(v: Variant, model_dir: str) -> dict[str, str]:
     """loadgate ``target.declared`` fields for a variant (all strings, as the profile wants)."""
     return {"engine": "sglang-cpu", "model_sha256": weights_sha256(model_dir), "dtype": v.dtype,
-            "attention_backend": "torch_native", "sgl_kernel": "loadgate import shim (no kernel may run)"}
+            "attention_backend": "torch_native", "radix_cache": str(v.radix_cache).lower(),
+            "sgl_kernel": "loadgate import shim (no kernel may run)"}
 
 
 def server_env(shim_log: Path) -> dict[str, str]:

@@ -126,7 +126,7 @@ def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def profile_file(directory: Path, name: str, endpoint: str, declared: dict[str, str], corpus: Path, *,
                  baseline: str | None = None, contract: dict[str, Any] | None = None,
                  scenarios: dict[str, Any] | None = None, api: str = "openai-completions",
-                 **sections: Any) -> Path:
+                 headers: dict[str, str] | None = None, **sections: Any) -> Path:
     """Write a loadgate profile for a real endpoint as ``directory/<name>.yaml``; results go to
     ``directory/out/<name>/``.
 
@@ -134,7 +134,7 @@ def profile_file(directory: Path, name: str, endpoint: str, declared: dict[str, 
     64 prompt + 32 output tokens, 4 in flight, 2 warmup) and generous client-health budgets (the
     engine shares the client's two cores, so loop lag says nothing about loadgate here).
     Keyword arguments replace whole top-level sections (``workload``, ``load`` …); ``contract``
-    and ``scenarios`` replace those inside ``exactness``.
+    and ``scenarios`` replace those inside ``exactness``; ``headers`` are ``target.headers``.
     """
     doc: dict[str, Any] = {
         "name": name, "seed": 7,
@@ -150,6 +150,8 @@ def profile_file(directory: Path, name: str, endpoint: str, declared: dict[str, 
     }
     if baseline is not None:
         doc["exactness"]["baseline"] = baseline
+    if headers:
+        doc["target"]["headers"] = dict(headers)
     doc.update(sections)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.yaml"
