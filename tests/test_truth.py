@@ -38,7 +38,7 @@ def test_ttft_and_itl_percentiles_match_what_the_simulator_sent(tmp_path, concur
     sent = truth_records_like_loadgate(measured, truth, meta, f"{run_dir.name}-L{concurrency}")
     assert len(sent) == requests
     for r, t in zip(measured, sent, strict=True):
-        assert r.chunk_tokens == t["chunk_tokens"]  # every chunk seen, with its exact token count
+        assert r.chunk_tokens == t.chunk_tokens  # every chunk seen, with its exact token count
     for name in ("ttft", "itl"):
         fn = figure(name).samples
         ms = stats([x for r in measured for x in fn(r)])
