@@ -6,19 +6,20 @@ is checked after every server start and every test, and the session fails if it 
 (`sgl_kernel_guard.py`): nothing here can pass on a stubbed computation.
 
 One server runs at a time (two shared cores), started once per configuration in this order:
-float32 (the baseline, and the candidate that must pass bit-exact), float16 (keeps the ids here,
-moves logprobs: fails bit-exact on ULPs only, passes token-exact), bfloat16 (diverging ids), and
-float32 again (a second start, for the fingerprint's volatile fields). loadgate is driven through
-`loadgate.cli.main` as a user would; what it extracted is checked against plain requests sent here
-with urllib.
+float32 without the prefix (radix) cache (the baseline; bit-exact one request at a time,
+token-exact batched), float32 with it (SGLang's default: token-exact), float16 (logprobs moved by
+thousandths, one near-tie divergence), bfloat16 (diverging ids), float32 again (a second start,
+for the fingerprint's volatile fields), then the two speculative methods that fail to start.
+loadgate is driven through `loadgate.cli.main` as a user would; what it extracted is checked
+against plain requests sent here with urllib.
 
 The corpus is reduced for this engine's speed (10-14 tok/s one stream, up to ~90 tok/s batched,
 on 2 cores): 6 completion cases of 16 to 24 output tokens. Chat cases are left out of the gate
 because SGLang's /v1/chat/completions cannot give loadgate token ids (a test below shows what it
-does instead). Not tested here, because it cannot run on this CPU: speculative decoding (SGLang's
-CPU speculative path needs kernels that only build from SGLang's repository), so the per-request
-`spec_verify_ct` / `spec_accept_length` fields stay tested on recorded shapes
-(tests/test_adapters_fixtures.py).
+does instead). Speculative decoding cannot run on this CPU (SGLang's CPU speculative path needs
+kernels that only build from SGLang's repository; a test below shows both methods failing to
+start), so the per-request `spec_verify_ct` / `spec_accept_length` fields stay tested on
+hand-written shapes (tests/test_adapters_fixtures.py, tests/test_specdec.py).
 
 Facts measured on each run are appended to `<engine_logs>/sglang-facts.jsonl`.
 """
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import common  # noqa: E402  (scripts/engines is on sys.path: tests/engines/conftest.py)
 import orjson
 import pytest
 
@@ -644,6 +646,41 @@ def test_two_starts_of_one_configuration_differ_only_in_volatile_fields_and_fing
     assert code == 0 and "identical fingerprints" in out, out
     note(engine_logs, test="fingerprint-restart", differing_top_level=differing, differing_internal_states=inner_diff,
          ready_s=[s["ready_s"] for s in servers.starts])
+
+
+# ---------------------------------------------------------- what cannot run on this CPU
+SPECULATIVE = {
+    "NGRAM": (["--speculative-num-draft-tokens", "4"], "No module named 'sgl_kernel.speculative'"),
+    "STANDALONE": (["--speculative-draft-model-path", "{draft}", "--speculative-num-steps", "3",
+                    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"], None),
+}
+
+
+@pytest.mark.parametrize("algorithm", sorted(SPECULATIVE))
+def test_speculative_decoding_cannot_start_here_and_the_shim_log_shows_why(
+        algorithm, servers, models, engine_logs, tmp_path):
+    """SGLang's CPU speculative path needs kernels that only build from SGLang's repository: NGRAM
+    fails at import (`sgl_kernel.speculative` does not exist in the shim), STANDALONE with the draft
+    model calls a shim function while starting, which its log (this test's own, not the session's)
+    records. So no speculative statistics are recorded from a real SGLang here."""
+    servers.close()  # one SGLang server at a time
+    flags, message = SPECULATIVE[algorithm]
+    variant = sglang_engine.VARIANTS["f32"]
+    port = common.free_port()
+    argv = sglang_engine.argv_for(variant, str(models["target"]), port)
+    argv += ["--speculative-algorithm", algorithm] + [f.format(draft=models["draft"]) for f in flags]
+    log = tmp_path / "shim-calls.log"
+    srv = common.Server(argv, port=port, log_path=engine_logs / f"sglang-{algorithm}-{port}.log",
+                        env=sglang_engine.server_env(log), ready_timeout_s=240, cwd=engine_logs)
+    with pytest.raises(common.EngineStartError) as err:
+        srv.start()
+    calls = [ln.split("\t")[0] for ln in shim_calls(log)]
+    if message is not None:
+        assert message in srv.log_path.read_text(errors="replace")
+    else:
+        assert "copy_all_layer_kv_cache_cpu" in calls, (calls, str(err.value)[-800:])
+    note(engine_logs, test="speculative", algorithm=algorithm, shim_calls=calls,
+         error=message or "shim function called at start")
 
 
 def test_no_shim_function_was_called_by_any_server(servers, sgl_kernel_shim_log):
