@@ -113,7 +113,7 @@ EOF
 )
 log "installing ${#reqs[@]} requirements of sglang and ${torch_pins[*]} ($(elapsed) s)"
 vpip install "${torch_pins[@]}" "${reqs[@]}"
-log "requirements installed ($(elapsed) s)"
+log "requirements installed ($(elapsed) s); pip's list of sglang requirements 'not installed' above is the ${#EXCLUDED[@]} left out on purpose"
 if ! importable; then
   log "the new venv does not import sglang/torch/torchvision/transformers (with the shim):"
   PYTHONPATH="$shim" "$vpy" -c "import torch, torchvision, transformers, sglang, sgl_kernel" >&2 || true
