@@ -29,7 +29,8 @@ Sources
 The two sources are reconciled on what they define alike (vLLM: the acceptance length; llama.cpp:
 the accepted and drafted token counts), and must agree when the server saw only loadgate's
 measured traffic; the **contamination check** proves that: the server's Δ successful requests
-(vLLM) and Δ generation tokens (`vllm:generation_tokens_total`, `llamacpp:tokens_predicted_total`)
+(vLLM) and Δ generation tokens (`vllm:generation_tokens_total`, `llamacpp:tokens_predicted_total`,
+`sglang:generation_tokens_total`)
 must equal the client's own totals for the window.
 """
 
@@ -43,7 +44,12 @@ from loadgate.records import Record
 P = "vllm:"
 LLAMA = "llamacpp:"
 DRAFTS = (P + "spec_decode_num_drafts_total", LLAMA + "spec_decode_num_drafts_total")  # vLLM's, llama.cpp's
-GENERATED = (P + "generation_tokens_total", LLAMA + "tokens_predicted_total")
+SGLANG = "sglang:"
+# Generated tokens as each engine counts them. SGLang's counter (labels `is_streaming` true/false,
+# summed) is incremented once per finished request by its completion tokens. SGLang has no
+# speculative-decoding counters, only gauges (`sglang:spec_accept_length`, `…spec_num_draft_tokens`),
+# so it has no entry in DRAFTS.
+GENERATED = (P + "generation_tokens_total", LLAMA + "tokens_predicted_total", SGLANG + "generation_tokens_total")
 
 
 def per_request_steps(r: Record) -> tuple[int, int] | None:

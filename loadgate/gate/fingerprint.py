@@ -33,6 +33,10 @@ VOLATILE_KEYS = frozenset({
     "timestamp", "start_time", "permission", "is_sleeping",
     # drawn anew at every start, or where the server listens: no effect on arithmetic
     "media_marker", "host", "port",
+    # SGLang /server_info: how long each start-up phase took, and the command line as typed (it
+    # holds the port; every flag in it is also its own server arg). The only fields besides the
+    # ones above that differed between two starts of one configuration (SGLang 0.5.23, CPU)
+    "startup_time", "launch_command",
 })
 # vLLM `cache_config_info` labels that come out of memory profiling and may move between restarts
 VOLATILE_LABELS = frozenset({"num_gpu_blocks", "num_cpu_blocks", "kv_cache_memory_bytes", "kv_cache_size_tokens",

@@ -1,4 +1,4 @@
-"""Fixtures shared by the real-engine tests (vLLM and llama-server).
+"""Fixtures shared by the real-engine tests (vLLM, llama-server and SGLang).
 
 - ``models`` (session): paths of the project's tiny models, as ``scripts/engines/make_models.py
   --paths`` prints them (keys ``root``, ``target``, ``draft`` — Hugging Face folders — and
@@ -9,6 +9,8 @@
   that fits the tiny models' 2048-token context; the same bytes every run.
 - ``write_profile`` / ``profile_factory``: write a loadgate profile YAML for a real endpoint
   (:func:`profile_file`), bound to the test's ``tmp_path`` or taking the folder first.
+- ``sgl_kernel_shim_log`` (session, from ``sgl_kernel_guard.py``): the call log of the SGLang
+  servers' kernel shim; the session fails at its end when any shim function was called.
 
 The helpers in ``scripts/engines/`` are importable here as ``common`` (and ``vllm_engine``).
 """
@@ -34,6 +36,8 @@ if str(ENGINES) not in sys.path:
     sys.path.insert(0, str(ENGINES))
 
 import common  # noqa: E402
+
+from .sgl_kernel_guard import sgl_kernel_shim_log  # noqa: E402,F401  (a fixture)
 
 
 def post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -122,7 +126,7 @@ def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def profile_file(directory: Path, name: str, endpoint: str, declared: dict[str, str], corpus: Path, *,
                  baseline: str | None = None, contract: dict[str, Any] | None = None,
                  scenarios: dict[str, Any] | None = None, api: str = "openai-completions",
-                 **sections: Any) -> Path:
+                 headers: dict[str, str] | None = None, **sections: Any) -> Path:
     """Write a loadgate profile for a real endpoint as ``directory/<name>.yaml``; results go to
     ``directory/out/<name>/``.
 
@@ -130,7 +134,7 @@ def profile_file(directory: Path, name: str, endpoint: str, declared: dict[str, 
     64 prompt + 32 output tokens, 4 in flight, 2 warmup) and generous client-health budgets (the
     engine shares the client's two cores, so loop lag says nothing about loadgate here).
     Keyword arguments replace whole top-level sections (``workload``, ``load`` …); ``contract``
-    and ``scenarios`` replace those inside ``exactness``.
+    and ``scenarios`` replace those inside ``exactness``; ``headers`` are ``target.headers``.
     """
     doc: dict[str, Any] = {
         "name": name, "seed": 7,
@@ -146,6 +150,8 @@ def profile_file(directory: Path, name: str, endpoint: str, declared: dict[str, 
     }
     if baseline is not None:
         doc["exactness"]["baseline"] = baseline
+    if headers:
+        doc["target"]["headers"] = dict(headers)
     doc.update(sections)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.yaml"
