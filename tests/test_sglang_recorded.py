@@ -48,3 +48,59 @@ def test_server_info_keeps_every_server_arg_and_drops_start_up_times_ports_and_t
     assert not {"startup_time", "launch_command", "port", "internal_states"} & set(stripped)
     assert stripped["dtype"] == "auto" and stripped["attention_backend"] == "torch_native"
     assert stripped["version"] == "0.5.23" and stripped["disable_radix_cache"] is False
+
+
+def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_path):
+    """SGLang's recorded /metrics served the way SGLang serves them (gzip to a client that accepts
+    it, a NaN gauge): the scrape asks for plain text, decompresses a server that compresses anyway,
+    leaves the NaN out, and the snapshot survives server.json and its reader."""
+    import gzip
+
+    from aiohttp import web
+
+    from loadgate.analysis.summary import snapshot_from_json, snapshot_to_json
+    from loadgate.engine.connect import run_async
+    from loadgate.engine.http import make_session
+    from loadgate.engine.servermetrics import scrape
+    from loadgate.jsonutil import dump_json, load_json
+
+    text = fixture_file("sglang-cpu", "metrics_after.txt").read_bytes()
+    assert b"sglang:fwd_occupancy{" in text and b"} NaN" in text
+    asked: list[str] = []
+
+    async def metrics(request: web.Request) -> web.Response:
+        asked.append(request.headers.get("Accept-Encoding", ""))
+        force = request.query.get("force") == "1"
+        if force or "gzip" in request.headers.get("Accept-Encoding", ""):
+            return web.Response(body=gzip.compress(text), headers={"Content-Encoding": "gzip",
+                                                                   "Content-Type": "text/plain"})
+        return web.Response(body=text, content_type="text/plain")
+
+    async def go() -> tuple[Snapshot | None, Snapshot | None]:
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with make_session() as s:
+                plain = await scrape(s, f"http://127.0.0.1:{port}/metrics")
+                forced = await scrape(s, f"http://127.0.0.1:{port}/metrics?force=1")
+        finally:
+            await runner.cleanup()
+        return plain, forced
+
+    plain, forced = run_async(go())
+    assert asked == ["identity", "identity"]
+    for snap in (plain, forced):
+        assert snap is not None and snap.total("sglang:generation_tokens_total") is not None
+        assert snap.total("sglang:fwd_occupancy") is None  # NaN: left out
+    assert plain == forced
+    dump_json(tmp_path / "server.json", snapshot_to_json(plain))
+    back = snapshot_from_json(load_json(tmp_path / "server.json"))
+    assert back.total("sglang:generation_tokens_total") == plain.total("sglang:generation_tokens_total")
+    # a server.json written before the fix holds the NaN as null: read, the null left out
+    old = [["sglang:fwd_occupancy", [["tp_rank", "0"]], None], ["sglang:num_running_reqs", [], 0.0]]
+    assert snapshot_from_json(old).values == {("sglang:num_running_reqs", ()): 0.0}

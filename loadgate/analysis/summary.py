@@ -22,7 +22,9 @@ from loadgate.records import Damage, Record, read_records
 
 
 def snapshot_from_json(values: list[list[Any]]) -> Snapshot:
-    return Snapshot({(name, tuple((k, v) for k, v in labels)): float(val) for name, labels, val in values})
+    """server.json's samples; a null (a NaN gauge, written by versions that kept it) is left out."""
+    return Snapshot({(name, tuple((k, v) for k, v in labels)): float(val) for name, labels, val in values
+                     if val is not None})
 
 
 def snapshot_to_json(s: Snapshot, prefixes: tuple[str, ...] = ("vllm:", "sglang:", "llamacpp:")) -> list[list[Any]]:

@@ -96,7 +96,7 @@ def refuse_proxies(url: str) -> None:
                          "unset the proxy variable")
 
 
-async def _read_bounded(r: aiohttp.ClientResponse, url: str) -> bytes:
+async def read_bounded(r: aiohttp.ClientResponse, url: str) -> bytes:
     parts, n = [], 0
     while chunk := await r.content.read(1 << 20):
         n += len(chunk)
@@ -110,7 +110,7 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, method: str = "G
                    body: dict[str, Any] | None = None, timeout_s: float = 30.0) -> Any:
     try:
         async with session.request(method, url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            data = await _read_bounded(r, url)
+            data = await read_bounded(r, url)
             if r.status != 200:
                 raise EngineError(f"{method} {url} answered HTTP {r.status}: {data[:200].decode('utf-8', 'replace')}")
             return orjson.loads(data)

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+
+from loadgate.engine.http import MAX_JSON_BYTES, read_bounded
+from loadgate.errors import EngineError
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -41,22 +46,46 @@ class Snapshot:
 
 
 def parse_metrics(text: str) -> Snapshot:
-    """Parse Prometheus text exposition into a Snapshot (counter samples keep their `_total`)."""
+    """Parse Prometheus text exposition into a Snapshot (counter samples keep their `_total`).
+    A NaN sample (SGLang's `sglang:fwd_occupancy` on CPU) says nothing and is left out."""
     values: dict[tuple[str, LabelKey], float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            values[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+            v = float(s.value)
+            if not math.isnan(v):
+                values[(s.name, tuple(sorted(s.labels.items())))] = v
     return Snapshot(values)
 
 
+def _inflate(body: bytes) -> bytes:
+    """A gzip or deflate body, decompressed to at most `MAX_JSON_BYTES` (a bomb is refused)."""
+    d = zlib.decompressobj(wbits=47)  # a gzip or a zlib header, whichever it has
+    out = d.decompress(body, MAX_JSON_BYTES + 1)
+    if len(out) > MAX_JSON_BYTES:
+        raise ValueError(f"/metrics inflates to more than {MAX_JSON_BYTES // 2**20} MiB")
+    return out
+
+
 async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 10.0) -> Snapshot | None:
-    """Fetch and parse `url`; None when the server has no metrics endpoint or it fails."""
+    """Fetch and parse `url`; None when the server has no metrics endpoint or it fails.
+
+    Asks for the plain text (`Accept-Encoding: identity`): the sessions do not decompress (the
+    hot path keeps raw bytes) and SGLang gzips /metrics for any client that accepts gzip, so
+    without it every counter would silently read as absent. A server that compresses anyway is
+    decompressed here."""
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+        async with session.get(url, headers={"Accept-Encoding": "identity"},
+                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
             if r.status != 200:
                 return None
-            return parse_metrics(await r.text())
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+            body = await read_bounded(r, url)
+            encoding = r.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding in ("gzip", "x-gzip", "deflate"):
+                body = _inflate(body)
+            elif encoding != "identity":
+                return None
+            return parse_metrics(body.decode(r.charset or "utf-8", "replace"))
+    except (aiohttp.ClientError, TimeoutError, ValueError, zlib.error, EngineError):
         return None
 
 

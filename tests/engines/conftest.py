@@ -145,7 +145,7 @@ def profile_file(directory: Path, name: str, endpoint: str, declared: dict[str, 
         "exactness": {"corpus": str(corpus), "contract": contract or {"tier": "bit-exact"},
                       "scenarios": scenarios or {"solo": True, "concurrent": 4}, "timeout_s": 120},
         "health": {"loop_lag_p99_ms": 60000.0, "gc_pause_max_ms": 60000.0, "cpu_max": 16.0,
-                   "schedule_lag_p99_ms": 60000.0},
+                   "schedule_lag_p99_ms": 60000.0, "stamp_error_p99_ms": 60000.0},
         "output": {"dir": str(directory / "out"), "run_id": name},
     }
     if baseline is not None:
