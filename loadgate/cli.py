@@ -55,7 +55,8 @@ def run(profile: str, quiet: bool, unverified: bool, html: bool) -> None:
 @click.argument("profile", type=click.Path(dir_okay=False))
 def check(profile: str) -> None:
     """Run only the exactness check of PROFILE; write results/<run-id>/ with the report, reproducer
-    bundles and, when it passes, the attestation. Exit 0 passed, 10 failed."""
+    bundles and, when it passes, the attestation. Exit 0 passed, 10 failed, 11 not established
+    (requests of the check kept failing in transport: nothing was compared for them)."""
     commands.check(profile)
 
 
@@ -75,7 +76,7 @@ def baseline(profile: str, out: str) -> None:
               help="a saved fingerprint (fingerprint.json, attestation.json or a baseline file) to diff with")
 def fingerprint(profile: str, against: str | None) -> None:
     """Print the configuration fingerprint of PROFILE's engine (canonical JSON and sha256), or the
-    fields that differ from a saved one."""
+    fields that differ from a saved one (exit 0 identical, 12 different)."""
     commands.fingerprint(profile, against)
 
 

@@ -18,7 +18,7 @@ import orjson
 
 from loadgate import runs
 from loadgate.config.profile import load_profile, profile_json_schema
-from loadgate.errors import LoadgateError, UsageError
+from loadgate.errors import FingerprintsDiffer, LoadgateError, UsageError
 from loadgate.load.plan import trace_of
 from loadgate.report.views import render_compare, render_judgement, render_run, write_report_html
 from loadgate.runs import RunResult, Tick
@@ -102,7 +102,11 @@ def baseline(profile: str, out: str) -> None:
 
 
 def fingerprint(profile: str, against: str | None) -> None:
-    say(runs.fingerprint(load_profile(profile), against))
+    try:
+        say(runs.fingerprint(load_profile(profile), against))
+    except FingerprintsDiffer as e:  # the fields on stdout, the verdict's one line on stderr
+        say(e.message)
+        raise FingerprintsDiffer("the fingerprint differs from the saved one (fields above)") from None
 
 
 def replay(bundle: str, endpoint: str | None, times: int) -> None:

@@ -9,7 +9,8 @@
 | 4  | results could not be written (disk full, I/O error); every complete record line is kept |
 | 5  | the run folder is damaged (truncated or corrupt records); the report shows what was readable |
 | 10 | exactness failed |
-| 11 | exactness not established for this configuration (no attestation, fingerprint changed) |
+| 11 | exactness not established for this configuration (no attestation, fingerprint changed, requests of the check kept failing after 2 retries) |
+| 12 | `fingerprint --against`: the engine's fingerprint differs from the saved one |
 | 20 | a performance threshold failed |
 | 21 | regression against baseline |
 | 22 | comparison inconclusive |
@@ -80,6 +81,10 @@ class ExactnessNotEstablished(LoadgateError):
     exit_code = 11
 
 
+class FingerprintsDiffer(LoadgateError):
+    exit_code = 12
+
+
 class ThresholdFailed(LoadgateError):
     exit_code = 20
 
@@ -105,6 +110,7 @@ EXIT_CODES: dict[int, str] = {
     5: "run folder damaged",
     10: "exactness failed",
     11: "exactness not established for this configuration",
+    12: "the fingerprint differs from the saved one",
     20: "a performance threshold failed",
     21: "regression against baseline",
     22: "comparison inconclusive",

@@ -34,7 +34,13 @@ from loadgate.config.profile import Profile
 from loadgate.engine.adapters import CHAT_APIS
 from loadgate.engine.connect import Engine, open_engine, run_async
 from loadgate.engine.servermetrics import GaugeSampler, scrape
-from loadgate.errors import EngineError, ExactnessFailed, ExactnessNotEstablished, UsageError
+from loadgate.errors import (
+    EngineError,
+    ExactnessFailed,
+    ExactnessNotEstablished,
+    FingerprintsDiffer,
+    UsageError,
+)
 from loadgate.exactness import baseline as bl
 from loadgate.exactness.bundle import load_bundle
 from loadgate.exactness.bundle import replay as send_again
@@ -451,7 +457,8 @@ def _saved_fingerprint(path: Path) -> dict[str, Any]:
 
 
 def fingerprint(profile: Profile, against: str | None) -> str:
-    """`loadgate fingerprint`: the canonical document and hash, or its diff against a saved one."""
+    """`loadgate fingerprint`: the canonical document and hash, or its diff against a saved one
+    (FingerprintsDiffer, exit 12, carrying the fields that differ)."""
     async def go() -> tuple[dict[str, Any], str]:
         async with open_engine(profile) as e:
             return await fingerprint_of(e)
@@ -466,7 +473,7 @@ def fingerprint(profile: Profile, against: str | None) -> str:
         return f"identical fingerprints ({h})"
     lines = [f"{len(changes)} field(s) differ ({against} -> {fingerprint_hash(old)[:16]} vs now {h[:16]}):"]
     lines += [f"  {k}: {a!r} -> {b!r}" for k, a, b in changes]
-    return "\n".join(lines)
+    raise FingerprintsDiffer("\n".join(lines))
 
 
 def replay(bundle: str, endpoint: str | None, times: int, say: Say = _quiet) -> None:

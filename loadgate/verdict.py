@@ -138,6 +138,9 @@ def judge(run_dir: Path | str) -> Judgement:
         if checked == "passed":  # `loadgate check`: nothing measured
             return Judgement(Verdict(0, "passed", "", exactness="passed"))
         report = load_json(run_dir / "exactness.json")
+        if not report.get("reasons") and report.get("not_established"):
+            return Judgement(Verdict(11, "not established", "exactness not established: requests of the check "
+                                     "kept failing: " + ", ".join(report["not_established"][:5]), exactness="failed"))
         return Judgement(Verdict(10, "exactness", "exactness failed: " + "; ".join(report.get("reasons") or []),
                                  exactness="failed"))
     summary = build_summary(run_dir)

@@ -16,7 +16,7 @@ import loadgate
 from loadgate.analysis.summary import build_summary
 from loadgate.cli import main
 from loadgate.config.profile import HealthBudgets
-from loadgate.config.simconfig import SimConfig, SpeculativeConfig
+from loadgate.config.simconfig import FaultConfig, SimConfig, SpeculativeConfig
 from loadgate.records import read_records
 from loadgate.report.table import render_summary
 from loadgate.report.views import render_judgement
@@ -38,6 +38,50 @@ def test_warmup_requests_do_not_leak_into_counter_deltas(tmp_path):
     assert c["clean"], c["problems"]
     assert c["server_requests"] == 24 == c["client_requests"]  # the 12 warmup requests are not in the window
     assert s.acceptance.counters["acceptance_length"] == s.acceptance.per_request["acceptance_length"]
+
+
+FAULTY = dataclasses.replace(FAST, faults=FaultConfig(http_503=0.05, disconnect=0.05, error_event=0.05, malformed=0.05))
+
+
+def _intrude(url: str, n: int, max_tokens: int) -> None:
+    """`n` requests of someone else's, once the simulator's log shows a finished request of the run
+    (no warmup, so the window is open)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url + "/sim/truth", timeout=10) as r:
+            if r.read().strip():
+                break
+        time.sleep(0.005)  # polling the log, not ordering by time
+    body = orjson.dumps({"model": "sim-tiny", "prompt": "someone else", "max_tokens": max_tokens, "ignore_eos": True})
+    for _ in range(n):
+        req = urllib.request.Request(url + "/v1/completions", data=body, headers={"content-type": "application/json"})
+        urllib.request.urlopen(req, timeout=30).read()
+
+
+@pytest.mark.parametrize("foreign", [False, True])
+def test_faults_the_client_saw_are_not_contamination_but_foreign_traffic_still_is(tmp_path, foreign):
+    """A server that fails a fifth of the requests (503, cut streams, error events after HTTP 200,
+    malformed lines) counts several of them as its own successes, with their tokens: with no other
+    traffic the window is clean (the failures are kept in the population, the run is not invalid);
+    with someone else's requests on top it is not."""
+    with SimProcess(FAULTY) as sim:
+        th = threading.Thread(target=_intrude, args=(sim.url, 12, 64)) if foreign else None
+        if th:
+            th.start()
+        result = loadgate.run(profile_for(sim.url, tmp_path, requests=60, concurrency=2, osl=24), unverified=True)
+        if th:
+            th.join()
+    s = build_summary(result.run_dir).levels["2"]
+    c = s.contamination
+    assert s.failed >= 5 and c["client_failed_after_accept"] >= 3, (s.failed, c)
+    if not foreign:
+        assert c["clean"], c["problems"]
+        assert c["server_requests"] > c["client_requests"]  # the server took failures as successes
+        assert result.judgement.verdict.code == 11  # unverified, not invalid
+    else:
+        assert not c["clean"] and result.judgement.verdict.code == 30
+        assert "failed after the server took them" in " ".join(c["problems"]) or "could account for" in " ".join(
+            c["problems"])
 
 
 def test_foreign_traffic_during_the_window_trips_the_contamination_check(tmp_path, capsys):

@@ -9,6 +9,10 @@ Scenarios (profile `exactness.scenarios`):
 Each sequence is compared with the baseline position by position (`compare`), given a verdict,
 and judged under the contract. The check passes when every sequence passes, no request failed,
 and, when speculation is on, the engine showed that it ran.
+
+Only compared tokens can fail a check. A request that failed (a 503, a cut connection, a timeout)
+compared nothing: it is sent again, at most `RETRIES` times, in its scenario's setting; one that
+still fails leaves the check *not established* (exit 11, naming the cases), never failed (10).
 """
 
 from __future__ import annotations
@@ -47,12 +51,14 @@ class CheckResult:
     speculation: dict[str, Any]
     skipped: list[str]
     passed: bool = False
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # why it failed: compared tokens, speculation
+    not_established: list[str] = field(default_factory=list)  # "scenario/case" whose requests kept failing
+    retried: int = 0  # requests sent again after a failure
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for s in self.sequences:
-            key = s.verdict or "failed request"
+            key = s.verdict or ("failed request" if s.observed.decoded.error is not None else "not compared")
             out[key] = out.get(key, 0) + 1
         return out
 
@@ -144,6 +150,27 @@ def judge(scenario: str, observed: list[Observed], baseline: Baseline, contract:
     return out
 
 
+RETRIES = 2  # a failed request is sent again at most this many times
+
+
+async def _send_with_retries(sender: CaseSender, cases: list[Case], in_flight: int, tag: str
+                             ) -> tuple[list[Observed], int]:
+    """The scenario's requests; those that failed are sent again (together, up to the scenario's
+    in-flight count) until they succeed or `RETRIES` rounds are spent. Returns the observations
+    (a retried case's last try) and how many requests were re-sent."""
+    observed = await sender.send_all(cases, in_flight, tag)
+    resent = 0
+    for attempt in range(1, RETRIES + 1):
+        bad = [k for k, o in enumerate(observed) if o.decoded.error is not None]
+        if not bad:
+            break
+        again = await sender.send_all([cases[k] for k in bad], min(in_flight, len(bad)), f"{tag}-retry{attempt}")
+        resent += len(bad)
+        for k, o in zip(bad, again, strict=True):
+            observed[k] = o
+    return observed, resent
+
+
 async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, contract: Contract, sc: Scenarios, *,
                     tag: str, max_len: int | None, speculation_required: bool | None, speculation_source: str,
                     scrape: Any = None) -> CheckResult:
@@ -154,16 +181,20 @@ async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, cont
     scrape_before = await scrape() if scrape is not None else None
     sequences: list[SeqResult] = []
     everything: list[Observed] = []
+    resent = 0
     for name, in_flight, cases in plans:
-        observed = await sender.send_all(cases, in_flight, f"{tag}-{name}")
+        observed, n = await _send_with_retries(sender, cases, in_flight, f"{tag}-{name}")
+        resent += n
         everything += observed
         sequences += judge(name, observed, baseline, contract)
     after = await scrape() if scrape is not None else None
     spec = speculation_evidence(everything, scrape_before, after)
     spec.update({"required": bool(speculation_required), "source": speculation_source})
     result = CheckResult(contract, {name: {"in_flight": n, "requests": len(c)} for name, n, c in plans},
-                         sequences, spec, skipped)
-    failed = [s for s in sequences if not s.passed]
+                         sequences, spec, skipped, retried=resent)
+    lost = [s for s in sequences if s.observed.decoded.error is not None]
+    failed = [s for s in sequences if not s.passed and s.observed.decoded.error is None]
+    result.not_established = [f"{s.scenario}/{s.case_id}" for s in lost]
     if failed:
         result.reasons.append(f"{len(failed)} of {len(sequences)} sequences do not meet the contract")
     if speculation_required and not spec["ran"]:
@@ -172,5 +203,5 @@ async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, cont
             "draft counters did not move: the check would prove nothing about speculative decoding")
     if not sequences:
         result.reasons.append("no sequence was checked")
-    result.passed = not result.reasons
+    result.passed = not result.reasons and not result.not_established
     return result

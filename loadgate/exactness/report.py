@@ -17,7 +17,8 @@ from loadgate.exactness.check import CheckResult
 def result_json(r: CheckResult) -> dict[str, Any]:
     """The check's result as JSON (for summaries, attestations and `loadgate report`)."""
     return {
-        "passed": r.passed, "reasons": r.reasons, "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance,
+        "passed": r.passed, "reasons": r.reasons, "not_established": r.not_established, "retried": r.retried,
+        "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance,
                                                                 "gap": r.contract.gap, "words": r.contract.words()},
         "scenarios": r.scenarios, "verdicts": r.counts(), "positions": r.positions(), "speculation": r.speculation,
         "skipped_cases": r.skipped,
@@ -41,7 +42,9 @@ def _tok(v: Any) -> str:
 def render(j: dict[str, Any], *, header: str = "") -> str:
     """Human-readable report from `result_json` output (so old runs render the same)."""
     lines = [header] if header else []
-    lines.append(f"exactness check: {'PASSED' if j['passed'] else 'FAILED'}")
+    lost = j.get("not_established") or []
+    state = "PASSED" if j["passed"] else "FAILED" if j["reasons"] or not lost else "NOT ESTABLISHED"
+    lines.append(f"exactness check: {state}")
     lines.append(f"contract: {j['contract']['words']}")
     sc = " · ".join(f"{k} ({v['requests']} requests, {v['in_flight']} in flight)" for k, v in j["scenarios"].items())
     lines.append(f"scenarios: {sc}")
@@ -76,6 +79,11 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
         if why:
             lines.append("why the failing ones fail:\n" + "\n".join(why[:20])
                          + (f"\n  … and {len(why) - 20} more" if len(why) > 20 else ""))
+    if j.get("retried"):
+        lines.append(f"retried: {j['retried']} request(s) sent again after a failure (at most 2 times each)")
+    if lost:
+        lines.append(f"NOT ESTABLISHED: {len(lost)} request(s) still failed after 2 retries, so nothing was "
+                     f"compared for them: {', '.join(lost[:8])}{' …' if len(lost) > 8 else ''}")
     for reason in j["reasons"]:
         lines.append(f"FAILED: {reason}")
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from loadgate.engine.connect import Engine
 from loadgate.errors import ExactnessFailed, ExactnessNotEstablished
+from loadgate.exactness.check import RETRIES
 from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.check import CheckOutcome, check_engine, check_text, fingerprint_of
 from loadgate.gate.fingerprint import describe_diff, diff
@@ -56,8 +57,16 @@ async def admit(token: object, e: Engine) -> None:
 
 
 def raise_if_failed(o: CheckOutcome) -> None:
-    if not o.result.passed:
+    """Compared tokens that miss the contract fail the check (exit 10); requests that kept failing
+    leave it not established (exit 11): nothing was compared for them."""
+    if o.result.passed:
+        return
+    if o.result.reasons:
         raise ExactnessFailed("exactness failed: " + "; ".join(o.result.reasons) + " (see the report above)")
+    lost = o.result.not_established
+    raise ExactnessNotEstablished(
+        f"exactness not established: {len(lost)} request(s) of the check failed in transport after "
+        f"{RETRIES} retries ({', '.join(lost[:5])}{' …' if len(lost) > 5 else ''}); nothing was compared for them")
 
 
 @contextlib.asynccontextmanager
