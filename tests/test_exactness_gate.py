@@ -283,3 +283,45 @@ def test_a_transient_failure_is_retried_and_the_check_still_decides(tmp_path, ca
     assert code in (0, 11) and r["reasons"] == [], r["reasons"]
     assert code == 0 or r["not_established"]
     assert "retried: " in capsys.readouterr().out
+
+
+def _captured(tmp: Path, capsys: Any, **kw: Any) -> Path:
+    p = profile(tmp, run_id="cap", **kw)
+    assert main(["baseline", str(p), "--out", str(tmp / "bl")]) == 0
+    return Path(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_a_baseline_has_a_stable_id_and_compares_engine_to_engine(tmp_path, capsys):
+    """Capturing the same engine twice (another port, another minute) gives the same id and file;
+    a check of that engine with other scenarios has the baseline's own fingerprint."""
+    first = _captured(tmp_path, capsys)
+    again = _captured(tmp_path, capsys)
+    assert first == again and len(list((tmp_path / "bl").glob("*.json"))) == 1
+    doc = load_json(first)
+    code, r = check(tmp_path, run_id="cand", extra={"exactness": {"baseline": str(first), "contract": {"tier": "bit-exact"},
+                                                                  "scenarios": {"solo": True, "concurrent": 4}}})
+    assert code == 0
+    assert r["fingerprint_hash"] == doc["fingerprint_hash"]  # the scenarios are not the engine
+    assert r["baseline"]["sha256"] == doc["sha256"]
+    # the quickstart's sim-reference baseline is written once, however often it runs
+    for k in range(2):
+        assert check(tmp_path, run_id=f"ref{k}")[0] == 0
+    assert len(list((tmp_path / "out" / "baselines").glob("sim-reference-*.json"))) == 1
+
+
+def test_a_baseline_captured_through_another_api_is_refused_before_anything_is_sent(tmp_path, capsys):
+    """A completions baseline checked through a chat API sent the completion cases to the chat
+    route and reported divergences at token 0, with identical fingerprints; now the API is in the
+    fingerprint and the check stops in one line naming both routes."""
+    base = _captured(tmp_path, capsys)
+    assert load_json(base)["fingerprint"]["request"]["api"] == "openai-completions"
+    p = profile(tmp_path, run_id="chat", extra={"exactness": {"baseline": str(base), "contract": {"tier": "bit-exact"},
+                                                              "scenarios": {"solo": True}}})
+    doc = yaml.safe_load(p.read_text())
+    doc["target"]["api"] = "openai-chat"
+    p.write_text(yaml.safe_dump(doc))
+    code = main(["check", str(p)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "on /v1/completions" in err and "to /v1/chat/completions" in err and "target.api openai-chat" in err
+    assert not (tmp_path / "out" / "chat" / "exactness.json").exists()

@@ -54,6 +54,7 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
     """SGLang's recorded /metrics served the way SGLang serves them (gzip to a client that accepts
     it, a NaN gauge): the scrape asks for plain text, decompresses a server that compresses anyway,
     leaves the NaN out, and the snapshot survives server.json and its reader."""
+    import asyncio
     import gzip
 
     from aiohttp import web
@@ -61,7 +62,7 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
     from loadgate.analysis.summary import snapshot_from_json, snapshot_to_json
     from loadgate.engine.connect import run_async
     from loadgate.engine.http import make_session
-    from loadgate.engine.servermetrics import scrape
+    from loadgate.engine.servermetrics import GaugeSampler, scrape
     from loadgate.jsonutil import dump_json, load_json
 
     text = fixture_file("sglang-cpu", "metrics_after.txt").read_bytes()
@@ -76,7 +77,7 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
                                                                    "Content-Type": "text/plain"})
         return web.Response(body=text, content_type="text/plain")
 
-    async def go() -> tuple[Snapshot | None, Snapshot | None]:
+    async def go() -> tuple[Snapshot | None, Snapshot | None, dict]:
         app = web.Application()
         app.router.add_get("/metrics", metrics)
         runner = web.AppRunner(app)
@@ -88,12 +89,18 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
             async with make_session() as s:
                 plain = await scrape(s, f"http://127.0.0.1:{port}/metrics")
                 forced = await scrape(s, f"http://127.0.0.1:{port}/metrics?force=1")
+                sampler = GaugeSampler(s, f"http://127.0.0.1:{port}/metrics?force=1", interval_s=0.01)
+                sampler.start()
+                while len(sampler.texts) < 2:  # the gauges sampled during a run, from a compressed page
+                    await asyncio.sleep(0.01)
+                gauges = await sampler.stop()
         finally:
             await runner.cleanup()
-        return plain, forced
+        return plain, forced, gauges
 
-    plain, forced = run_async(go())
-    assert asked == ["identity", "identity"]
+    plain, forced, gauges = run_async(go())
+    assert set(asked) == {"identity"}
+    assert gauges["running"] is not None and gauges["running"]["samples"] >= 2
     for snap in (plain, forced):
         assert snap is not None and snap.total("sglang:generation_tokens_total") is not None
         assert snap.total("sglang:fwd_occupancy") is None  # NaN: left out

@@ -66,13 +66,13 @@ def _inflate(body: bytes) -> bytes:
     return out
 
 
-async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 10.0) -> Snapshot | None:
-    """Fetch and parse `url`; None when the server has no metrics endpoint or it fails.
+async def fetch_text(session: aiohttp.ClientSession, url: str, timeout_s: float = 10.0) -> str | None:
+    """The text of `url` (a /metrics page); None when it is not there or fails.
 
     Asks for the plain text (`Accept-Encoding: identity`): the sessions do not decompress (the
     hot path keeps raw bytes) and SGLang gzips /metrics for any client that accepts gzip, so
     without it every counter would silently read as absent. A server that compresses anyway is
-    decompressed here."""
+    decompressed here; an encoding that is neither is treated as no answer."""
     try:
         async with session.get(url, headers={"Accept-Encoding": "identity"},
                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
@@ -84,8 +84,19 @@ async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 10
                 body = _inflate(body)
             elif encoding != "identity":
                 return None
-            return parse_metrics(body.decode(r.charset or "utf-8", "replace"))
+            return body.decode(r.charset or "utf-8", "replace")
     except (aiohttp.ClientError, TimeoutError, ValueError, zlib.error, EngineError):
+        return None
+
+
+async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 10.0) -> Snapshot | None:
+    """Fetch (`fetch_text`) and parse `url`; None when the server has no metrics endpoint or it fails."""
+    text = await fetch_text(session, url, timeout_s)
+    if text is None:
+        return None
+    try:
+        return parse_metrics(text)
+    except ValueError:
         return None
 
 
@@ -128,13 +139,9 @@ class GaugeSampler:
 
     async def _loop(self) -> None:
         while True:
-            try:
-                async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=5)) as r:
-                    if r.status == 200:
-                        text = await r.text()
-                        self.texts.append("\n".join(ln for ln in text.splitlines() if ln.startswith(_GAUGE_NAMES)))
-            except (aiohttp.ClientError, TimeoutError):
-                pass
+            text = await fetch_text(self.session, self.url, timeout_s=5)
+            if text is not None:
+                self.texts.append("\n".join(ln for ln in text.splitlines() if ln.startswith(_GAUGE_NAMES)))
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:

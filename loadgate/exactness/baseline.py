@@ -17,6 +17,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -52,6 +53,21 @@ def seq_output(rec: dict[str, Any]) -> SeqOutput:
 
 
 def _content_hash(doc: dict[str, Any]) -> str:
+    """The baseline's id: the hash of what it says about the engine (corpus, requests, ids,
+    logprobs, finish reasons, fingerprint), not of when it was written, by which loadgate, or on
+    which address and port, or where the corpus file lay (`created`, `loadgate`, `corpus` — its
+    sha256 stays — and the host of each case's route are left out), so capturing the same engine
+    twice gives the same id and the same file."""
+    body = {k: v for k, v in doc.items() if k not in ("sha256", "created", "loadgate", "corpus")}
+    cases = doc.get("cases")
+    if isinstance(cases, dict):
+        body["cases"] = {cid: {**rec, "route": urlsplit(str(rec.get("route") or "")).path} if isinstance(rec, dict)
+                         else rec for cid, rec in cases.items()}
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _whole_hash(doc: dict[str, Any]) -> str:
+    """How baselines written before the stable id were hashed (every field): still read."""
     body = {k: v for k, v in doc.items() if k != "sha256"}
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
@@ -118,6 +134,6 @@ def load(path: Path) -> Baseline:
         raise UsageError(f"{path}: not a baseline file ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or "cases" not in doc:
         raise UsageError(f"{path}: not a loadgate baseline file (format {FORMAT} expected)")
-    if _content_hash(doc) != doc.get("sha256"):
+    if doc.get("sha256") not in (_content_hash(doc), _whole_hash(doc)):
         raise UsageError(f"{path}: baseline content does not match its sha256: the file was modified")
     return Baseline(path, doc)

@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from loadgate.config.profile import Exactness, Profile
 from loadgate.engine.adapters.base import Sampling
@@ -32,16 +33,17 @@ def exactness_of(profile: Profile) -> Exactness:
     return profile.exactness or Exactness()
 
 
-def request_part(ex: Exactness) -> dict[str, Any]:
-    """The request side of the fingerprint: every sampling parameter sent while checking, and the
-    concurrency the check used."""
-    return {"sampling": dataclasses.asdict(Sampling(seed=ex.seed)), "logprobs": ex.logprobs,
-            "check_scenarios": dataclasses.asdict(ex.scenarios)}
+def request_part(ex: Exactness, api: str) -> dict[str, Any]:
+    """The request side of the fingerprint: the API the requests go through (its routes follow from
+    it) and every sampling parameter sent. The check's own scenarios are not part of it: they
+    describe the experiment, not the engine, and a baseline's fingerprint and a candidate's compare
+    engine to engine (the scenarios are in exactness.json and the attestation)."""
+    return {"api": api, "sampling": dataclasses.asdict(Sampling(seed=ex.seed)), "logprobs": ex.logprobs}
 
 
 async def fingerprint_of(e: Engine) -> tuple[dict[str, Any], str]:
     intro = await introspect(e.session, e.base, e.metrics_url)
-    doc = build(intro, e.profile.target.declared, request_part(exactness_of(e.profile)))
+    doc = build(intro, e.profile.target.declared, request_part(exactness_of(e.profile), e.profile.target.api))
     return doc, fingerprint_hash(doc)
 
 
@@ -85,6 +87,23 @@ async def resolve_baseline(profile: Profile, corpus: Corpus) -> bl.Baseline:
     return b
 
 
+def refuse_other_routes(b: bl.Baseline, corpus: Corpus, sender: CaseSender, api: str) -> None:
+    """A baseline answers through the routes it was captured on: a candidate that would send a case
+    to another route (a chat API for completion cases, another engine's native route) compares
+    nothing that means anything, so it is refused in one line before anything is sent."""
+    for case in corpus.cases:
+        rec = b.cases.get(case.id)
+        if not rec or not rec.get("route"):
+            continue
+        was, now = urlsplit(str(rec["route"])).path, urlsplit(sender.targets[case.kind].url).path
+        if was != now:
+            captured = ((b.doc.get("fingerprint") or {}).get("request") or {}).get("api")
+            through = f"through api {captured} " if captured else ""
+            raise UsageError(f"{b.path or 'baseline'}: captured {through}on {was}, but this profile (target.api {api}) "
+                             f"sends case {case.id} to {now}: capture a baseline through this API, or set target.api "
+                             "to the baseline's")
+
+
 @dataclass
 class CheckOutcome:
     result: CheckResult
@@ -107,6 +126,7 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
     max_len = context_length(fp)
     sender = sender_for(e, ex)
     try:
+        refuse_other_routes(b, corpus, sender, profile.target.api)
         result = await run_check(sender, corpus, b, contract, ex.scenarios, tag=f"{run_dir.name}-check",
                                  max_len=max_len, speculation_required=required, speculation_source=source,
                                  scrape=lambda: scrape(e.session, e.metrics_url))

@@ -308,7 +308,7 @@ def test_fingerprint_reads_props_and_changes_with_the_slot_count(serve, work, pr
     saved.write_bytes(orjson.dumps(doc))
     assert "identical fingerprints" in cli("fingerprint", str(p1), "--against", str(saved))[1]
     code, out = cli("fingerprint", str(profile_for("fp4", serve(slots=4))), "--against", str(saved))
-    assert code == 0 and "engine.props.total_slots: 1 -> 4" in out and "declared.slots: '1' -> '4'" in out
+    assert code == 12 and "engine.props.total_slots: 1 -> 4" in out and "declared.slots: '1' -> '4'" in out
 
 
 def send(url: str, api: str, req: GenRequest) -> Decoded:

@@ -286,7 +286,8 @@ def f32_run(servers, baseline, profile_for, work) -> dict[str, Any]:
     time, then the performance phase."""
     srv = servers.get("f32")
     p = profile_for("f32-run", srv, baseline=baseline["path"], scenarios=SERIAL)
-    code, out = cli("run", "-q", str(p))
+    code, out, err = cli_both("run", "-q", str(p))
+    out += err
     run = work / "out" / "f32-run"
     return {"code": code, "out": out, "dir": run, "ex": load_json(run / "exactness.json")}
 
@@ -460,7 +461,8 @@ def radix(servers, baseline, profile_for, work) -> dict[str, Any]:
     code, out = cli("check", str(profile_for("radix-bit", srv, baseline=baseline["path"], scenarios=SERIAL)))
     bit = {"code": code, "out": out, "ex": load_json(work / "out" / "radix-bit" / "exactness.json")}
     p = profile_for("radix-run", srv, baseline=baseline["path"], tier="token-exact", scenarios=BATCHED)
-    code, out = cli("run", "-q", str(p))
+    code, out, err = cli_both("run", "-q", str(p))
+    out += err
     return {"bit": bit, "run": {"code": code, "out": out, "dir": work / "out" / "radix-run"}}
 
 
