@@ -84,10 +84,13 @@ def fingerprint(profile: str, against: str | None) -> None:
 @click.argument("bundle", type=click.Path(dir_okay=False, exists=True))
 @click.option("--endpoint", help="send to this base URL instead of the one recorded in the bundle")
 @click.option("--times", default=1, show_default=True, type=click.IntRange(1, 1000), help="how many times")
-def replay(bundle: str, endpoint: str | None, times: int) -> None:
-    """Re-send one reproducer bundle's request alone and compare the answer with its baseline.
-    Exit 0 when every answer matches the baseline's tokens, 10 otherwise."""
-    commands.replay(bundle, endpoint, times)
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 1024),
+              help="requests in flight: the bundle's with N-1 copies of it beside it (a batch of the "
+                   "size it diverged in; the bundle does not keep its neighbours' requests)")
+def replay(bundle: str, endpoint: str | None, times: int, concurrency: int) -> None:
+    """Re-send one reproducer bundle's request (alone by default) and compare the answer with its
+    baseline. Exit 0 when every answer matches the baseline's tokens, 10 otherwise."""
+    commands.replay(bundle, endpoint, times, concurrency)
 
 
 @cli.command()

@@ -109,8 +109,8 @@ def fingerprint(profile: str, against: str | None) -> None:
         raise FingerprintsDiffer("the fingerprint differs from the saved one (fields above)") from None
 
 
-def replay(bundle: str, endpoint: str | None, times: int) -> None:
-    runs.replay(bundle, endpoint, times, say=say)
+def replay(bundle: str, endpoint: str | None, times: int, concurrency: int = 1) -> None:
+    runs.replay(bundle, endpoint, times, say=say, concurrency=concurrency)
 
 
 def report(run_dir: str, fmt: str, html: bool) -> None:

@@ -476,13 +476,16 @@ def fingerprint(profile: Profile, against: str | None) -> str:
     raise FingerprintsDiffer("\n".join(lines))
 
 
-def replay(bundle: str, endpoint: str | None, times: int, say: Say = _quiet) -> None:
-    """`loadgate replay`: re-send a bundle's request; raises ExactnessFailed if any answer differs."""
+def replay(bundle: str, endpoint: str | None, times: int, say: Say = _quiet, concurrency: int = 1) -> None:
+    """`loadgate replay`: re-send a bundle's request (alone, or with `concurrency` - 1 companions);
+    raises ExactnessFailed if any answer differs."""
     doc = load_bundle(Path(bundle))
-    results = run_async(send_again(doc, endpoint, times))
-    say(f"replaying {doc['case']} ({doc['scenario']['name']}, {doc['scenario']['in_flight_when_sent']} in flight "
+    results = run_async(send_again(doc, endpoint, times, concurrency))
+    seen_with = int(doc["scenario"]["in_flight_when_sent"])
+    how = "alone" if concurrency == 1 else f"with {concurrency - 1} companion request(s) in flight"
+    say(f"replaying {doc['case']} ({doc['scenario']['name']}, {seen_with} in flight "
         f"when it diverged at token {doc['comparison']['first_divergence'] if doc.get('comparison') else 'n/a'}) "
-        f"alone, {times} time(s):")
+        f"{how}, {times} time(s):")
     bad = 0
     for r in results:
         if "error" in r:
@@ -496,6 +499,9 @@ def replay(bundle: str, endpoint: str | None, times: int, say: Say = _quiet) -> 
         say(f"  run {r['run']}: {r['verdict']}: {where}")
     if results and all("error" in r for r in results):
         raise EngineError(f"every replay request failed ({results[0]['error']}): nothing was compared")
+    if not bad and doc.get("comparison") and seen_with > concurrency:
+        say(f"not reproduced {how}: the divergence was seen with {seen_with} requests in flight; it may need "
+            f"others beside it (replay with --concurrency {seen_with})")
     if bad:
         raise ExactnessFailed(f"{bad} of {times} replays differ from the baseline's tokens")
 

@@ -155,9 +155,17 @@ def test_replay_reruns_one_bundle_alone(tmp_path, capsys):
     from loadgate.config.simconfig import DivergenceConfig, SimConfig
     from loadgate.sim.process import SimProcess
 
+    seen = doc["scenario"]["in_flight_when_sent"]
     with SimProcess(SimConfig(divergence=DivergenceConfig(batch_variant=True), **FAST)) as sim:
         assert main(["replay", str(bundle), "--endpoint", sim.url, "--times", "2"]) == 0
-    assert capsys.readouterr().out.count("same tokens as the baseline") == 2
+        out = capsys.readouterr().out
+        assert out.count("same tokens as the baseline") == 2
+        if seen > 1:  # it says so, and how to replay it as it was seen
+            assert f"not reproduced alone: the divergence was seen with {seen} requests in flight" in out
+            assert f"--concurrency {seen}" in out
+        # with a batch of the size it diverged in, it diverges again
+        assert main(["replay", str(bundle), "--endpoint", sim.url, "--concurrency", "8"]) == 10
+        assert "with 7 companion request(s) in flight" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("when", ["before", "after"])

@@ -9,6 +9,8 @@ BUNDLE` sends that request again, alone, and compares the answer with the bundle
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import re
 from pathlib import Path
@@ -127,8 +129,11 @@ def _is_seq_record(rec: dict[str, Any]) -> bool:
             and isinstance(rec.get("placeholders") or [], list))
 
 
-async def replay(doc: dict[str, Any], endpoint: str | None, times: int) -> list[dict[str, Any]]:
-    """Send the bundle's request `times` times, alone; compare each answer with its baseline."""
+async def replay(doc: dict[str, Any], endpoint: str | None, times: int, concurrency: int = 1) -> list[dict[str, Any]]:
+    """Send the bundle's request `times` times and compare each answer with its baseline: alone, or
+    with `concurrency` - 1 companions in flight beside it (copies of the same request, started
+    together with it: the bundle keeps its own request, not its neighbours', so the companions
+    recreate the batch's size, not its contents)."""
     u = urlsplit(doc["route"])
     path = u.path
     api = doc.get("api") or ROUTE_API.get(path)
@@ -145,9 +150,15 @@ async def replay(doc: dict[str, Any], endpoint: str | None, times: int) -> list[
     async with make_session(settings.headers, settings.ssl_for(base)) as session:
         t = Target(TargetSpec(base, api, model, 600.0, headers=settings.headers, tls=settings.tls,
                               secrets=registered()), session)
+        body = orjson.dumps(doc["request"])
         try:
             for k in range(times):
-                raw = await fetch(t, orjson.dumps(doc["request"]), f"replay-{doc['case']}-{k}")
+                companions = [asyncio.ensure_future(fetch(t, body, f"replay-{doc['case']}-{k}-with-{j}"))
+                              for j in range(concurrency - 1)]
+                raw = await fetch(t, body, f"replay-{doc['case']}-{k}")
+                for f in companions:
+                    with contextlib.suppress(Exception):
+                        await f
                 d = decode(t.adapter, bool(doc["request"].get("stream", True)), raw, t.spec.max_event_bytes)
                 if d.error is not None:
                     results.append({"run": k, "error": f"{d.error.kind}: {d.error.detail}"})
