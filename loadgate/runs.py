@@ -151,12 +151,16 @@ async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
     return await run_phase_here(runner, plan, phase, writer, on_done=lambda: tick(1), stop_flag=stop)
 
 
+ROUNDS_PER_PAIR = 1000  # A/B pair i's levels are rounds i * 1000 + level index (see load.plan)
+
+
 async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
                   progress: ProgressFactory = no_progress, extra_meta: dict[str, Any] | None = None,
-                  stop: StopFlag = NEVER) -> None:
+                  stop: StopFlag = NEVER, round_base: int = 0) -> None:
     """The performance phase: warmup, then each load level with counters scraped at the measured
     window's boundaries; writes meta.json, records.jsonl, server.json and health.json. It starts
-    only with a token the gate issued for the live configuration (`policy.admit`)."""
+    only with a token the gate issued for the live configuration (`policy.admit`). Level k sends
+    the prompts of round `round_base + k` (`workload.cache: fresh`; see load.plan)."""
     await policy.admit(token, e)
     profile = e.profile
     chat = profile.target.api in CHAT_APIS
@@ -173,7 +177,9 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
         "loadgate": __version__, "run_id": run_dir.name, "profile": profile.to_json(),
         "engine_url": e.base, "api": profile.target.api, "model": e.model, "t0_ns": t0,
         "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
-        "levels": levels(profile), "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
+        "levels": levels(profile), "prompt_rounds": [(round_base + k) * (profile.workload.cache == "fresh")
+                                                     for k in range(len(levels(profile)))],
+        "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
         "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
         "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure,
         "cpus": {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}, **(extra_meta or {})})
@@ -182,14 +188,16 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     load = profile.load
     with RecordWriter(run_dir / "records.jsonl") as writer, \
             progress(len(plan) * len(levels(profile)), profile.name) as tick:
-        for level in levels(profile):
+        for index, level in enumerate(levels(profile)):
             if stop.is_set():
                 break
+            round_ = round_base + index
+            plan = build_plan(profile, pool, round_)
             tag = f"{run_dir.name}-L{level}"
             # warmup and measurement share the connections (the warmup opens them), in this process
             # or in worker processes kept for the level
             runner = Target(spec, e.session) if load.workers == 1 else \
-                WorkerGroup(spec, profile, pool, load.workers, run_dir, stop)
+                WorkerGroup(spec, profile, pool, load.workers, run_dir, stop, round_=round_)
             try:
                 if plan.n_warmup:
                     await _phase(plan, Phase(plan.warmup_requests(), level, load.rate is not None, tag + "w", t0,
@@ -408,7 +416,8 @@ def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
                 d = run_dir / name
                 d.mkdir()
                 await measure(gate_tokens[s], engines[s], d, tokens[s], progress=progress,
-                              extra_meta={"ab_side": SIDES[s]}, stop=intr.flag)
+                              extra_meta={"ab_side": SIDES[s]}, stop=intr.flag,
+                              round_base=int(name[1:]) * ROUNDS_PER_PAIR)  # both sides of a pair alike
 
     with run_folder(profile) as run_dir:
         run_async(go(run_dir))

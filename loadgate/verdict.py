@@ -157,6 +157,25 @@ def judge(run_dir: Path | str) -> Judgement:
     return Judgement(v, summary=summary, thresholds=judged)
 
 
+PREFIX_CACHE_TOLERANCE = 0.05  # largest difference of the sides' prefix-cache hit rates an A/B decides on
+
+
+def cache_mismatch(summaries: dict[str, list[Summary]]) -> str | None:
+    """Why an A/B cannot decide when its two sides met the engine's prefix cache in different
+    states: a cold side against a warm one compares cache state, not configurations."""
+    rates: dict[str, float] = {}
+    for side, runs in summaries.items():
+        got = [lv.prefix_cache for s in runs for lv in s.levels.values()
+               if lv.prefix_cache and lv.prefix_cache.get("queries")]
+        if got:
+            rates[side] = sum(p["hits"] for p in got) / sum(p["queries"] for p in got)
+    if len(rates) < 2 or abs(rates["A"] - rates["B"]) <= PREFIX_CACHE_TOLERANCE:
+        return None
+    return (f"the comparison is inconclusive: the sides met the prefix cache in different states (hit rate "
+            f"A {rates['A']:.1%}, B {rates['B']:.1%}, tolerance {PREFIX_CACHE_TOLERANCE:.0%}), so it would compare "
+            "cache state, not configurations (workload.cache: fresh, or reset the engine's cache between runs)")
+
+
 def _judge_ab(run_dir: Path) -> Judgement:
     stopped = _stopped(run_dir)
     if stopped is not None:
@@ -171,6 +190,9 @@ def _judge_ab(run_dir: Path) -> Judgement:
     invalid = [p for side in summaries.values() for s in side for lv in s.levels.values() for p in lv.invalid]
     unverified = bool(info["ab"].get("unverified"))
     code, outcome, message = _decide(invalid, unverified, judged, decision)
+    mismatch = cache_mismatch(summaries)
+    if mismatch and code in (0, 21, 22):
+        code, outcome, message, decision = 22, "inconclusive", mismatch, "inconclusive"
     sides = ", ".join(f"{name} {_exactness_of(run_dir / f'check-{name}') or 'not run'}" for name in ab.SIDES.values())
     v = Verdict(code, outcome, message, "ab", sides, invalid, judged_json(judged), decision)
     return Judgement(v, thresholds=judged, comparisons=comps, ab_settings=settings, ab_info=info,

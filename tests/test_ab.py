@@ -171,3 +171,78 @@ def test_no_change_is_never_a_verdict_without_evidence():
     absent = compare_figure("itl.p50", [None, None, None], [None, None, None])
     assert overall({"ttft.p50": same, "itl.p50": absent}, ["ttft.p50", "itl.p50"]) == "no change"
     assert overall({"itl.p50": absent}, ["itl.p50"]) == "n/a"  # and nothing left to decide on is n/a
+
+
+# --- prefix-cache state --------------------------------------------------------------------------
+CACHED = {"decode_step_us": 1000, "decode_us_per_seq": 20, "prefill_us_per_token": 200, "prefix_cache_block": 16}
+
+
+def _cache_profile(tmp: Path, name: str, *, cache: str, pairs: int, baseline: dict[str, Any]) -> Path:
+    doc: dict[str, Any] = {
+        "name": name,
+        "target": {"endpoint": "embedded", "sim": CACHED},
+        "workload": {"requests": 12, "input_len": {"dist": "fixed", "value": 256},
+                     "output_len": {"dist": "fixed", "value": 8}, "cache": cache},
+        "load": {"concurrency": 1},
+        "exactness": {"baseline": "sim-reference", "corpus": str(tiny_corpus(tmp))},
+        "health": LAX_HEALTH,
+        "output": {"dir": str(tmp / "out"), "run_id": name},
+        "ab": {"baseline": baseline, "pairs": pairs},
+    }
+    p = tmp / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def _side_runs(folder: Path, side: str) -> list[dict[str, Any]]:
+    """The side's runs in the order they ran: (TTFT p50, prefix-cache hit rate)."""
+    order = load_json(folder / "ab.json")["order"]
+    out = []
+    for name in (n for n in order if n[0] == side):
+        lv = load_json(folder / name / "summary.json")["levels"]["1"]
+        out.append({"ttft": lv["metrics"]["ttft"]["p50"], "hit": lv["prefix_cache"]["hit_rate"]})
+    return out
+
+
+@pytest.mark.parametrize("cache", ["warm", "fresh"])
+def test_a_second_run_is_flattered_by_a_warm_prefix_cache_unless_its_prompts_are_fresh(tmp_path, cache):
+    """Each side on its own simulator with vLLM-style prefix caching (prefill is most of TTFT):
+    replaying one plan (`cache: warm`), each side's second run hits the cache and its TTFT drops;
+    with the default fresh prompts the second run is cold like the first, hit rate 0."""
+    p = _cache_profile(tmp_path, f"c-{cache}", cache=cache, pairs=2, baseline={"endpoint": "embedded", "sim": CACHED})
+    assert main(["run", "-q", str(p)]) in (0, 22)
+    for side in ("A", "B"):
+        first, second = _side_runs(tmp_path / "out" / f"c-{cache}", side)
+        assert first["hit"] == 0.0  # the check's corpus shares no block with the load's prompts
+        if cache == "warm":
+            assert second["hit"] > 0.9 and second["ttft"] < 0.5 * first["ttft"], (first, second)
+        else:
+            assert second["hit"] == 0.0 and second["ttft"] > 0.8 * first["ttft"], (first, second)
+
+
+def test_an_ab_between_a_warm_and_a_cold_side_is_refused(tmp_path, capsys):
+    """The baseline's simulator saw the plan's prompts before (a run of the same plan), the
+    candidate's did not: the candidate looks slower only because its cache is cold. The A/B does
+    not decide (exit 22) and says it is the cache (without the check it was judged on the speed the
+    cache made: here, with 2 pairs, "inconclusive: add pairs", which more pairs would not cure)."""
+    from loadgate.config.simconfig import SimConfig
+    from loadgate.sim.process import SimProcess
+
+    with SimProcess(SimConfig(**CACHED)) as warm:
+        pre = _cache_profile(tmp_path, "prewarm", cache="warm", pairs=1, baseline={"endpoint": warm.url})
+        doc = yaml.safe_load(pre.read_text())
+        doc["target"] = {"endpoint": warm.url}
+        del doc["ab"]
+        pre.write_text(yaml.safe_dump(doc))
+        assert main(["baseline", str(pre), "--out", str(tmp_path / "bl")]) == 0
+        base = capsys.readouterr().out.strip().splitlines()[-1]
+        assert main(["run", "-q", "--unverified", str(pre)]) == 11  # the plan's prompts are now in its cache
+        capsys.readouterr()
+        p = _cache_profile(tmp_path, "mixed", cache="warm", pairs=2, baseline={"endpoint": warm.url})
+        doc = yaml.safe_load(p.read_text())
+        doc["exactness"]["baseline"] = base
+        p.write_text(yaml.safe_dump(doc))
+        code = main(["run", "-q", str(p)])
+    err = capsys.readouterr().err
+    assert code == 22, err
+    assert "met the prefix cache in different states" in err and "hit rate A 9" in err and "B 4" in err

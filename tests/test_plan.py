@@ -95,3 +95,31 @@ def test_a_text_trace_has_no_planned_prompt_count_and_is_not_a_mismatch():
     tc = token_check([make_record(**fields)], 0.0)
     assert tc.ok and tc.prompt_mismatches == 0 and tc.prompt_unverified == 1
     assert not token_check([make_record(**fields, prompt_tokens_planned=6)], 0.0).ok
+
+
+def test_each_round_has_its_own_prompts_with_the_same_lengths_and_shared_prefixes():
+    """`workload.cache: fresh` (the default): a sweep level or an A/B pair is a round with other
+    token ids, so no round replays prompts an earlier one left in the engine's prefix cache;
+    lengths, arrivals and the declared shared prefixes stay; round 0 is the plan without rounds."""
+    shared = SharedPrefix(groups=2, prefix_len=8)
+    p = prof(warm=3, input_len=Distribution(dist="uniform", min=20, max=40), shared_prefix=shared)
+    r0, r0b, r1, r2 = (list(build_plan(p, POOL, k)) for k in (0, 0, 1, 2))
+    assert r0 == r0b == list(build_plan(p, POOL))
+    for other in (r1, r2):
+        assert [len(a.prompt_ids) for a in other] == [len(a.prompt_ids) for a in r0]
+        assert [a.output_len for a in other] == [a.output_len for a in r0]
+        assert [a.prompt_ids[:8] for a in other] == [a.prompt_ids[:8] for a in r0]  # the declared prefixes
+        assert sum(a.prompt_ids[8:] == b.prompt_ids[8:] for a, b in zip(other, r0, strict=True)) == 0
+    assert all(a.prompt_ids[8:] != b.prompt_ids[8:] for a, b in zip(r1, r2, strict=True))
+    # warm: the same prompts in every round, on purpose
+    warm = prof(warm=3, cache="warm")
+    assert list(build_plan(warm, POOL, 5)) == list(build_plan(warm, POOL, 0))
+
+
+def test_a_length_only_trace_draws_fresh_ids_per_round_and_a_text_trace_stays(tmp_path):
+    t = tmp_path / "t.jsonl"
+    t.write_text('{"input_len": 12, "output_len": 4}\n{"prompt": "hello there", "output_len": 4}\n')
+    p = Profile(seed=1, workload=Workload(requests=2, trace=str(t)), load=Load(concurrency=1))
+    a, b = build_plan(p, POOL, 0), build_plan(p, POOL, 1)
+    assert len(a[0].prompt_ids) == len(b[0].prompt_ids) == 12 and a[0].prompt_ids != b[0].prompt_ids
+    assert a[1].prompt_text == b[1].prompt_text == "hello there"

@@ -262,8 +262,8 @@ def test_a_damaged_run_folder_is_a_one_line_error_naming_the_file(tmp_path):
         render_compare([run, run], "table")
     with pytest.raises(UsageError, match=r"records\.jsonl:2: not a JSON record"):
         list(read_records(run / "records.jsonl"))
-    (run / "records.jsonl").write_text('{"v": 3, "i": 0}\n')
-    with pytest.raises(UsageError, match=r"records\.jsonl:1: record schema v3 is not supported"):
+    (run / "records.jsonl").write_text('{"v": 4, "i": 0}\n')
+    with pytest.raises(UsageError, match=r"records\.jsonl:1: record schema v4 is not supported"):
         list(read_records(run / "records.jsonl"))
     (run / "records.jsonl").write_text('{"v": 2, "i": 0}\n')
     with pytest.raises(UsageError, match=r"records\.jsonl:1: not a complete v2 record"):

@@ -159,6 +159,22 @@ def contamination(before: Snapshot, after: Snapshot, records: list[Record]) -> d
             "failed_tokens_planned": failed_most, "problems": problems}
 
 
+# (hits, queries) counters of the engines' prefix caches, in prompt tokens
+PREFIX_CACHE_COUNTERS = (("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+                         ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"))
+
+
+def prefix_cache(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
+    """Prompt tokens the server's prefix cache served in the window (`hits` of `queries`); None for
+    an engine without such counters (llama-server)."""
+    for hits_name, queries_name in PREFIX_CACHE_COUNTERS:
+        hits, queries = delta(before, after, hits_name), delta(before, after, queries_name)
+        if hits is not None and queries is not None:
+            return {"hits": hits, "queries": queries, "hit_rate": hits / queries if queries else None,
+                    "counters": [hits_name, queries_name]}
+    return None
+
+
 def reconcile(resp: dict[str, Any] | None, counters: dict[str, Any] | None, tol: float = 0.01) -> dict[str, Any] | None:
     """Compare the two sources on what they define alike: the acceptance length where the counters'
     drafts are verify steps (vLLM), else the accepted and drafted token counts (llama.cpp counts

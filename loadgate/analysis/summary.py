@@ -13,7 +13,7 @@ from typing import Any
 
 from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import summarize
-from loadgate.analysis.specdec import contamination, from_counters, from_records, reconcile
+from loadgate.analysis.specdec import contamination, from_counters, from_records, prefix_cache, reconcile
 from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warnings
 from loadgate.config.profile import HealthBudgets
 from loadgate.engine.servermetrics import Snapshot
@@ -160,9 +160,13 @@ class LevelSummary:
     server_gauges: dict[str, Any] | None
     client_health: ClientHealth
     invalid: list[str]
+    prefix_cache: dict[str, Any] | None = None  # `analysis.specdec.prefix_cache`: the server's cache hits in the window
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields in order, `invalid` last (the order version 2 wrote)."""
+        d = asdict(self)
+        invalid = d.pop("invalid")
+        return {**d, "invalid": invalid}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> LevelSummary:
@@ -172,7 +176,7 @@ class LevelSummary:
                    None if d.get("goodput") is None else Goodput(**d["goodput"]),
                    Acceptance(acc.get("per_request"), acc.get("counters"), acc.get("reconciliation")),
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
-                   ClientHealth(**d["client_health"]), list(d["invalid"]))
+                   ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"))
 
 
 def level_summary(records: list[Record], server: dict[str, Any] | None, health: list[dict[str, Any]],
@@ -181,13 +185,14 @@ def level_summary(records: list[Record], server: dict[str, Any] | None, health: 
     tc = token_check(records, profile["workload"]["token_mismatch_limit"])
     per_request = from_records(records)
     acceptance = Acceptance(per_request)
-    contaminated = gauges = None
+    contaminated = gauges = cached = None
     invalid: list[str] = []
     if server and server.get("before") is not None and server.get("after") is not None:
         before, after = snapshot_from_json(server["before"]), snapshot_from_json(server["after"])
         counters = from_counters(before, after)
         acceptance = Acceptance(per_request, counters, reconcile(per_request, counters))
         contaminated = contamination(before, after, records)
+        cached = prefix_cache(before, after)
         gauges = server.get("gauges")
         if contaminated and not contaminated["clean"]:
             invalid += ["contamination: " + p + " (other traffic reached the server, or it counts differently)"
@@ -206,7 +211,7 @@ def level_summary(records: list[Record], server: dict[str, Any] | None, health: 
     throughput = Throughput(**s["throughput"])
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
-                        sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid)
+                        sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached)
 
 
 def merge_health(parts: list[dict[str, Any]], schedule: dict[str, float | None] | None = None) -> ClientHealth:
@@ -234,8 +239,9 @@ def merge_health(parts: list[dict[str, Any]], schedule: dict[str, float | None] 
 SUMMARY_VERSION = 3
 """3: each level's `client_health` states the stamp bound (`stamp_bound`: the p99 of every chunk's
 bound and how many chunks had one), `warnings` (budgets exceeded that do not invalidate) and the
-client's CPU seconds (`cpu_s` over the window, `decode_cpu_s` after it). Version 2 files read the
-same, those fields empty.
+client's CPU seconds (`cpu_s` over the window, `decode_cpu_s` after it); each level's
+`prefix_cache` (the server's cache hits of the window's prompt tokens) and the contamination
+check's allowance for failed requests. Version 2 files read the same, those fields empty.
 2: the summary carries its version; token counts say why prompts went unverified
 (`prompt_no_server_count`, `prompt_not_planned`) and where completion counts came from; the token
 pool and the chat template's count are kept; `contamination` and `server_gauges` are always
@@ -266,6 +272,8 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         """The fields added since version 1 first, then those of version 1 in their order."""
         d = asdict(self)
+        d["levels"] = {lv: {**{k: v for k, v in ls.items() if k != "invalid"}, "invalid": ls["invalid"]}
+                       for lv, ls in d["levels"].items()}
         return {"summary_version": d.pop("summary_version"), "interrupted": d.pop("interrupted"),
                 "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), **d}
 

@@ -172,6 +172,11 @@ class Workload:
         "tokenizer (PATH of a model folder or its tokenizer.json, relative to the profile; its chat template "
         "gives exact chat prompt lengths), or 'none' (text prompts, every count from the server's usage)")
     shared_prefix: SharedPrefix | None = knob(None, "give prompts a shared prefix, in groups")
+    cache: Literal["fresh", "warm"] = knob(
+        "fresh", "prefix-cache state between load levels and A/B pairs: 'fresh' gives each level and "
+        "each pair its own prompts (same lengths, other token ids; both sides of a pair alike; declared "
+        "shared prefixes kept; a trace's own ids, text and messages are sent as written), so no run replays prompts an earlier one left in the engine's prefix "
+        "cache; 'warm' replays the same prompts everywhere (to measure a warm cache on purpose)")
     token_mismatch_limit: float = knob(
         0.0, "largest fraction of requests whose prompt or completion token count may differ "
         "from the plan before the run is invalid", min=0.0, max=1.0)

@@ -95,6 +95,10 @@ class SimConfig:
     max_model_len: int = knob(32768, "longest context (prompt + output) accepted", min=16)
     max_num_seqs: int = knob(64, "most sequences in one decode step; the rest wait", min=1, max=4096)
     prefill_us_per_token: float = knob(20.0, "prefill cost per prompt token, microseconds", min=0.0)
+    prefix_cache_block: int = knob(
+        0, "automatic prefix caching as vLLM does it, in blocks of this many tokens (0: off): a prompt's "
+        "leading full blocks seen before are not prefilled again (no prefill cost, so a hit shows in TTFT) "
+        "and count in vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total", min=0, max=4096)
     decode_step_us: float = knob(4000.0, "cost of a decode step with one sequence, microseconds", min=0.0)
     decode_us_per_seq: float = knob(
         150.0, "extra decode step cost per additional running sequence, microseconds", min=0.0)

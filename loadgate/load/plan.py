@@ -3,6 +3,12 @@
 Same profile, seed and pool give the same list, byte for byte. Measured requests use the
 profile's seed; warmup requests use a derived seed, so changing the warmup count never changes
 the measured requests.
+
+Rounds (`workload.cache: fresh`, the default): each load level of a sweep and each A/B pair is a
+round with its own prompt token ids, drawn from `(seed, salt, round, k)`; the lengths, the
+arrival times and any declared shared prefix stay the same, and round 0 is exactly the plan
+without rounds. So no level or pair replays prompts an earlier one left in the engine's prefix
+cache, both sides of an A/B pair send the same prompts, and `cache: warm` keeps one round.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ class _TraceRequests:
         """Every line is checked here, before anything is sent: a bad line is a one-line error
         naming the file and line, not a failure in the middle of a run."""
         self.path, self.seed, self.pool = path, seed, pool
+        self.round = 0  # set by the plan: length-only lines draw fresh ids per round
         self.offsets: list[int] = []
         self.first_ids_line: str | None = None  # where the first prompt_ids line is (chat APIs take none)
         try:
@@ -121,7 +128,8 @@ class _TraceRequests:
         if "prompt_ids" in obj:
             req["prompt_ids"] = tuple(obj["prompt_ids"])
         elif "input_len" in obj:
-            rng = np.random.default_rng([self.seed, 0x7ACE, k])
+            rng = np.random.default_rng([self.seed, 0x7ACE, k] if self.round == 0 else
+                                        [self.seed, 0x7ACE, 0xCAC4E, self.round, k])
             req["prompt_ids"] = tuple(rng.choice(self.pool, size=obj["input_len"]).tolist())
         elif "messages" in obj:
             req["messages"] = tuple(obj["messages"])
@@ -135,7 +143,8 @@ class _Requests:
     lengths are drawn up front (two int64 arrays); each prompt comes from its own RNG stream
     `(seed, salt, k)`, so request k is the same whoever asks and in whatever order."""
 
-    def __init__(self, w: Workload, n: int, seed: int, salt: int, pool: np.ndarray, base_dir: Path) -> None:
+    def __init__(self, w: Workload, n: int, seed: int, salt: int, pool: np.ndarray, base_dir: Path,
+                 round_: int = 0) -> None:
         rng = np.random.default_rng([seed, salt])
         self.isl = draw_lengths(w.input_len, n, rng, base_dir)
         self.osl = draw_lengths(w.output_len, n, rng, base_dir)
@@ -144,14 +153,15 @@ class _Requests:
             prng = np.random.default_rng([seed, salt, 0xF1E1D])
             self.prefixes = [prng.choice(pool, size=w.shared_prefix.prefix_len)
                              for _ in range(w.shared_prefix.groups)]
-        self.seed, self.salt, self.pool = seed, salt, pool
+        self.seed, self.salt, self.pool, self.round = seed, salt, pool, round_
 
     def __len__(self) -> int:
         return len(self.isl)
 
     def prompt(self, k: int) -> tuple[int, ...]:
         length = int(self.isl[k])
-        rng = np.random.default_rng([self.seed, self.salt, k])
+        rng = np.random.default_rng([self.seed, self.salt, k] if self.round == 0 else
+                                    [self.seed, self.salt, 0xCAC4E, self.round, k])
         if self.prefixes:
             pre = self.prefixes[k % len(self.prefixes)][:length]
             ids = np.concatenate([pre, rng.choice(self.pool, size=length - len(pre))])
@@ -196,17 +206,19 @@ class Plan(Sequence[PlannedRequest]):
     """Warmup requests first (i = 0..W-1), then the measured ones. A lazy, immutable sequence:
     `plan[i]` builds request i on demand, identically every time."""
 
-    def __init__(self, profile: Profile, token_pool: Sequence[int]) -> None:
+    def __init__(self, profile: Profile, token_pool: Sequence[int], round_: int = 0) -> None:
         pool = np.asarray(token_pool, dtype=np.int64)
+        self.round = round_ if profile.workload.cache == "fresh" else 0
         if pool.size == 0:
             raise ValueError("empty token pool")
         base_dir = profile.resolve(".")
         w, load = profile.workload, profile.load
-        self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir)
+        self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir, self.round)
         self.trace: _TraceRequests | None = None
         if w.trace is not None:
             self.trace = trace_of(profile, pool)
-        self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir)
+            self.trace.round = self.round
+        self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir, self.round)
         self.offsets: list[int] | None = None
         if load.rate is not None:
             self.offsets = arrival_offsets_ns(load, w.requests, np.random.default_rng([profile.seed, 1]))
@@ -245,5 +257,6 @@ class Plan(Sequence[PlannedRequest]):
         return range(self.n_warmup, len(self))
 
 
-def build_plan(profile: Profile, token_pool: Sequence[int]) -> Plan:
-    return Plan(profile, token_pool)
+def build_plan(profile: Profile, token_pool: Sequence[int], round_: int = 0) -> Plan:
+    """The plan of one round (a load level's index, offset by the A/B pair's; see the module)."""
+    return Plan(profile, token_pool, round_)

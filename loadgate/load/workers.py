@@ -131,7 +131,7 @@ class WorkerGroup:
     ("error", j, kind, message). None in an inbox ends that worker."""
 
     def __init__(self, spec: TargetSpec, profile: Profile, pool: list[int], n: int, run_dir: Path,
-                 stop_flag: StopFlag = NEVER) -> None:
+                 stop_flag: StopFlag = NEVER, round_: int = 0) -> None:
         self.n, self.run_dir = n, run_dir
         self.stop_flag = stop_flag
         self.failed = False
@@ -141,7 +141,7 @@ class WorkerGroup:
         self.inboxes = [ctx.Queue() for _ in range(n)]
         self.outbox = ctx.Queue()
         self.procs = [ctx.Process(target=_worker, args=(j, n, spec, profile, pool, self.inboxes[j], self.outbox,
-                                                        self.counter, self.done, self.stopping), daemon=True)
+                                                        self.counter, self.done, self.stopping, round_), daemon=True)
                       for j in range(n)]
         for p in self.procs:
             p.start()
@@ -267,25 +267,25 @@ def pin(j: int, n: int) -> int | None:
 
 
 def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any, outbox: Any,
-            counter: Any, done: Any, stopping: Any) -> None:
+            counter: Any, done: Any, stopping: Any, round_: int = 0) -> None:
     # The parent handles signals and tells the workers to stop (or kills them); a Ctrl-C reaching
     # the whole process group must not cut their requests short before that.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin(j, n)
     try:
-        run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done, stopping))
+        run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done, stopping, round_))
     except BaseException as e:  # reported to the parent, which prints one line; no traceback here
         msg = e.message if isinstance(e, errors.LoadgateError) else str(e)
         outbox.put(("error", j, type(e).__name__, msg))
 
 
 async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any,
-                       outbox: Any, counter: Any, done: Any, stopping: Any) -> None:
+                       outbox: Any, counter: Any, done: Any, stopping: Any, round_: int = 0) -> None:
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     if main is not None:  # SIGTERM from the parent: cancel, so the phase writes what finished
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    plan = build_plan(profile, pool)
+    plan = build_plan(profile, pool, round_)
 
     def on_done() -> None:
         with done.get_lock():

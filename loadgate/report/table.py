@@ -114,7 +114,13 @@ def render_summary(summary: Summary) -> str:
             out.append(("contamination check passed" if cc["clean"] else "CONTAMINATION") +
                        f": server counted {fmt(cc['server_requests'], 0)} requests / "
                        f"{fmt(cc['server_generation_tokens'], 0)} generated tokens in the window, the client "
-                       f"{cc['client_requests']} / {cc['client_generation_tokens']}")
+                       f"{cc['client_requests']} / {cc['client_generation_tokens']}"
+                       + (f", and {cc['client_failed_after_accept']} requests that failed after the server took them"
+                          if cc.get("client_failed_after_accept") else ""))
+        pc = s.prefix_cache
+        if pc and pc.get("hit_rate") is not None:
+            out.append(f"prefix cache: {pc['hit_rate']:.1%} of {fmt(pc['queries'], 0)} prompt tokens were served from the "
+                       f"server's cache in the window ({pc['counters'][0]})")
         tc = s.token_counts
         out.append(f"token counts vs plan: {tc.prompt_mismatches} prompt and {tc.completion_mismatches} "
                    f"completion mismatches in {tc.checked} requests" + _unverified_words(tc, summary))

@@ -30,7 +30,7 @@ import contextlib
 import logging
 import os
 import time
-from collections import deque
+from collections import OrderedDict, deque
 
 from loadgate.config.simconfig import SimConfig
 from loadgate.sim.divergence import FlipPolicy
@@ -43,6 +43,32 @@ from loadgate.sim.speculative import SpecStats, draw_accepted
 _log = logging.getLogger(__name__)
 
 
+class PrefixCache:
+    """Automatic prefix caching as vLLM does it: a prompt is cut into full blocks of `block` tokens,
+    each identified by a hash of everything up to its end; the leading blocks already cached are
+    hits. Bounded (least recently used blocks go first), like a real KV cache."""
+
+    def __init__(self, block: int, capacity_blocks: int = 65536) -> None:
+        self.block, self.capacity = block, capacity_blocks
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+
+    def admit(self, prompt_ids: list[int] | tuple[int, ...]) -> int:
+        """Tokens of `prompt_ids` found in the cache (a whole number of leading blocks); the
+        prompt's blocks are cached from now on."""
+        hits, h, leading = 0, 0, True
+        for end in range(self.block, len(prompt_ids), self.block):  # the last token is always computed
+            h = hash_ints(h, *prompt_ids[end - self.block:end])
+            if leading and h in self.blocks:
+                hits += self.block
+                self.blocks.move_to_end(h)
+                continue
+            leading = False
+            self.blocks[h] = None
+            if len(self.blocks) > self.capacity:
+                self.blocks.popitem(last=False)
+        return hits
+
+
 class Engine:
     """Continuous batching over `SimModel`; see the module docstring for the step semantics."""
 
@@ -51,7 +77,8 @@ class Engine:
         self.model = model
         self.spec_on = cfg.speculative.method != "none"
         self.k = cfg.speculative.k if self.spec_on else 0
-        self.counters = EngineCounters(spec_k=self.k)
+        self.counters = EngineCounters(spec_k=self.k, prefix_cache=cfg.prefix_cache_block > 0)
+        self.prefix_cache = PrefixCache(cfg.prefix_cache_block) if cfg.prefix_cache_block > 0 else None
         self.flips = FlipPolicy(cfg.divergence, cfg.seed)
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
@@ -156,6 +183,11 @@ class Engine:
         outputs: list[tuple[Sequence, StepOutput]] = []
         prompt_tokens = sum(s.n_prompt for s in new)
         self.counters.prompt_tokens += prompt_tokens
+        if self.prefix_cache is not None and new:
+            hits = sum(self.prefix_cache.admit(s.params.prompt_ids) for s in new)
+            self.counters.prefix_cache_queries += prompt_tokens
+            self.counters.prefix_cache_hits += hits
+            prompt_tokens -= hits  # cached blocks are not prefilled again
         if new:
             self._generate(new, [1] * len(new), batch, verify=False)
             outputs.extend((s, s.end_step()) for s in new)

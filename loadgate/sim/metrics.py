@@ -5,7 +5,8 @@ prometheus_client itself emits, and parses with `prometheus_client.parser`:
   counters  vllm:request_success_total{finished_reason}, vllm:prompt_tokens_total,
             vllm:generation_tokens_total, and with speculation on vllm:spec_decode_num_drafts_total,
             vllm:spec_decode_num_draft_tokens_total, vllm:spec_decode_num_accepted_tokens_total,
-            vllm:spec_decode_num_accepted_tokens_per_pos_total{position}
+            vllm:spec_decode_num_accepted_tokens_per_pos_total{position}, and with the prefix cache
+            on vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (tokens)
   gauges    vllm:num_requests_running, vllm:num_requests_waiting, vllm:kv_cache_usage_perc
 Every sample carries `engine="0"` and `model_name`. Counters also get their `_created` gauge.
 
@@ -36,6 +37,9 @@ class EngineCounters:
     spec_draft_tokens: int = 0
     spec_accepted: int = 0
     spec_accepted_per_pos: list[int] = field(default_factory=list)
+    prefix_cache: bool = False
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of those, found there (not prefilled again)
     created: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
@@ -95,6 +99,11 @@ def render_metrics(c: EngineCounters, g: Gauges, model_name: str) -> str:
            [({}, c.generation_tokens)])
     family("request_success", "counter", "Count of successfully processed requests.",
            [({"finished_reason": r}, c.success[r]) for r in FINISHED_REASONS])
+    if c.prefix_cache:
+        family("prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+               [({}, c.prefix_cache_queries)])
+        family("prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+               [({}, c.prefix_cache_hits)])
     if c.spec_k:
         family("spec_decode_num_drafts", "counter", "Number of spec decoding drafts.",
                [({}, c.spec_drafts)])
