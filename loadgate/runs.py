@@ -477,6 +477,11 @@ def fingerprint(profile: Profile, against: str | None) -> str:
         return orjson.dumps({"fingerprint_hash": h, "fingerprint": fp}, option=orjson.OPT_INDENT_2 |
                             orjson.OPT_SORT_KEYS).decode()
     old = _saved_fingerprint(Path(against))
+    req = old.get("request") if isinstance(old.get("request"), dict) else None
+    if req is not None:  # saved before the fingerprint named the API and left the check's scenarios out
+        req = {k: v for k, v in req.items() if k != "check_scenarios"}
+        req.setdefault("api", (fp.get("request") or {}).get("api"))
+        old = {**old, "request": req}
     changes = diff(old, fp)
     if not changes:
         return f"identical fingerprints ({h})"

@@ -101,7 +101,10 @@ def _exactness_of(run_dir: Path) -> str | None:
     p = run_dir / "exactness.json"
     if not p.exists():
         return None
-    return "passed" if load_json(p).get("passed") else "failed"
+    d = load_json(p)
+    if d.get("passed"):
+        return "passed"
+    return "not established" if d.get("not_established") and not d.get("reasons") else "failed"
 
 
 def _decide(invalid: list[str], unverified: bool, judged: list[LevelJudgement], ab_decision: str | None
@@ -140,7 +143,8 @@ def judge(run_dir: Path | str) -> Judgement:
         report = load_json(run_dir / "exactness.json")
         if not report.get("reasons") and report.get("not_established"):
             return Judgement(Verdict(11, "not established", "exactness not established: requests of the check "
-                                     "kept failing: " + ", ".join(report["not_established"][:5]), exactness="failed"))
+                                     "kept failing: " + ", ".join(report["not_established"][:5]),
+                                     exactness="not established"))
         return Judgement(Verdict(10, "exactness", "exactness failed: " + "; ".join(report.get("reasons") or []),
                                  exactness="failed"))
     summary = build_summary(run_dir)

@@ -281,6 +281,52 @@ def test_requests_that_keep_failing_leave_the_check_not_established_never_failed
     assert all(n["first_divergence"] is None and n["verdict"] is None for n in r["non_identical"])
     assert "exactness check: NOT ESTABLISHED" in out.out and "still failed after 2 retries" in out.out
     assert "exactness not established" in out.err and "solo/" in out.err
+    from loadgate.verdict import _exactness_of
+    assert _exactness_of(tmp_path / "out" / "r") == "not established"
+
+
+def test_speculation_unproven_because_every_request_failed_is_not_established_either(tmp_path, capsys):
+    code, r = check(tmp_path, sim={"faults": {"http_503": 1.0}, "speculative": {"method": "draft_model", "k": 2}})
+    assert code == 11 and r["reasons"] == [], r["reasons"]
+
+
+def test_a_retry_keeps_the_scenarios_batch_size():
+    """A request that failed in a scenario of 4 in flight is sent again with 3 others of the
+    scenario beside it (their answers unused), not alone: a batch-only divergence stays visible."""
+    import asyncio
+
+    from loadgate.engine.adapters.base import Decoded, ErrorInfo
+    from loadgate.exactness.check import _send_with_retries
+    from loadgate.exactness.corpus import Case
+    from loadgate.exactness.replay import Observed
+
+    cases = [Case(id=f"c{k}", kind="completion", max_tokens=2, stop=(), tags=(), prompt=f"p{k}", messages=None,
+                  tools=None) for k in range(6)]
+    calls: list[tuple[list[str], int]] = []
+
+    class Sender:
+        async def send_all(self, batch, concurrency, tag):
+            calls.append(([c.id for c in batch], concurrency))
+            fail = len(calls) == 1
+            return [Observed(c.id, {}, "u", Decoded(error=ErrorInfo("disconnect", "x") if fail and c.id == "c2" else None))
+                    for c in batch]
+
+    observed, resent = asyncio.run(_send_with_retries(Sender(), cases, 4, "t"))
+    assert resent == 1 and all(o.decoded.error is None for o in observed)
+    assert calls[1][0][0] == "c2" and len(calls[1][0]) == 4 and calls[1][1] == 4
+
+
+def test_fingerprint_against_a_file_saved_before_the_api_was_fingerprinted_is_identical(tmp_path, capsys):
+    code, r = check(tmp_path, run_id="saved")
+    assert code == 0
+    saved = load_json(tmp_path / "out" / "saved" / "fingerprint.json")
+    del saved["fingerprint"]["request"]["api"]
+    saved["fingerprint"]["request"]["check_scenarios"] = {"solo": True, "concurrent": 4}
+    old = tmp_path / "old-fp.json"
+    old.write_bytes(orjson.dumps(saved))
+    capsys.readouterr()
+    assert main(["fingerprint", str(profile(tmp_path, run_id="same")), "--against", str(old)]) == 0
+    assert "identical fingerprints" in capsys.readouterr().out
 
 
 def test_a_transient_failure_is_retried_and_the_check_still_decides(tmp_path, capsys):
@@ -333,3 +379,18 @@ def test_a_baseline_captured_through_another_api_is_refused_before_anything_is_s
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "on /v1/completions" in err and "to /v1/chat/completions" in err and "target.api openai-chat" in err
     assert not (tmp_path / "out" / "chat" / "exactness.json").exists()
+
+
+def test_a_gateway_path_prefix_is_the_same_route_but_another_route_is_refused():
+    from types import SimpleNamespace
+
+    from loadgate.errors import UsageError
+    from loadgate.exactness.baseline import Baseline
+    from loadgate.gate.check import refuse_other_routes
+
+    case = SimpleNamespace(id="c", kind="completion")
+    b = Baseline(None, {"cases": {"c": {"route": "http://e:8000/v1/completions"}}, "fingerprint": {}})
+    via = lambda url: SimpleNamespace(targets={"completion": SimpleNamespace(url=url)})  # noqa: E731
+    refuse_other_routes(b, SimpleNamespace(cases=[case]), via("http://gw/engine-b/v1/completions"), "openai-completions")
+    with pytest.raises(UsageError, match="to /v1/chat/completions"):
+        refuse_other_routes(b, SimpleNamespace(cases=[case]), via("http://e:8000/v1/chat/completions"), "openai-chat")

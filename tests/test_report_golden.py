@@ -113,3 +113,19 @@ def test_a_version_2_run_folder_is_read_and_reported(capsys):
     assert len(recs) == 56 and all(r.v == 3 and r.chunk_early_ns == [] for r in recs)
     assert main(["report", str(run)]) == 0
     assert "outcome: PASSED (exit 0)" in capsys.readouterr().out
+
+
+def test_a_version_2_run_whose_loop_lagged_stays_invalid(tmp_path, capsys):
+    """Records written before per-chunk stamp bounds carry none: such a run is judged by the loop's
+    lag, as the version that wrote it judged it (a lagging one is not PASSED now)."""
+    import shutil
+
+    from loadgate.jsonutil import dump_json, load_json
+
+    run = tmp_path / "single"
+    shutil.copytree(RUNS.parent / "runs-v2" / "single", run)
+    health = load_json(run / "health.json")
+    health["16"][0]["loop_lag_ms"]["p99"] = 50.0
+    dump_json(run / "health.json", health)
+    assert main(["report", str(run)]) == 30
+    assert "carry no per-chunk stamp bound" in capsys.readouterr().out

@@ -352,3 +352,38 @@ def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_an_exact_end():
     assert all(early_bounds(raw, [raw.end_ns]) == [0] for raw in raws)  # ... and still exact
     heads = {raw.read_begin[0][1] for raw in raws}
     assert heads.isdisjoint(wakes)  # the headers' reads, 50 ms earlier, were other turns
+
+
+def test_a_connection_without_kernel_stamps_says_its_stamps_are_user_time(monkeypatch):
+    """Where the kernel gives no receive timestamp (an OS or sandbox without them), the reads are
+    stamped in user space and the connection says so, so the stamp bound adds the loop's lag."""
+    import socket
+    import threading
+
+    from loadgate.load import transport
+
+    monkeypatch.setattr(transport, "SO_TIMESTAMPNS", 0x7FFF)  # no such option: setsockopt fails, no stamps
+
+    def serve(lsock: socket.socket) -> None:
+        c, _ = lsock.accept()
+        c.recv(65536)
+        c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked([b"data: 1\n\n"]))
+        time.sleep(0.2)
+        c.close()
+
+    async def exchange() -> str:
+        lsock = socket.create_server(("127.0.0.1", 0))
+        th = threading.Thread(target=serve, args=(lsock,), daemon=True)
+        th.start()
+        pool = Pool(f"http://127.0.0.1:{lsock.getsockname()[1]}/v1/completions")
+        c, _ = await pool.acquire()
+        done = c.begin()
+        await c.send(pool.request_bytes(b"{}", {}))
+        await asyncio.wait_for(done, 5)
+        source = c.stamp_source
+        pool.close()
+        th.join(5)
+        lsock.close()
+        return source
+
+    assert asyncio.run(exchange()) == "user"

@@ -206,7 +206,8 @@ def level_summary(records: list[Record], server: dict[str, Any] | None, health: 
     budgets = profile.get("health")
     if budgets:
         b = HealthBudgets(**budgets)
-        invalid += verdict(dataclasses.asdict(h), b, cpus)
+        unbounded = h.stamp_bound is None and any(r.succeeded and r.chunk_ns for r in records)
+        invalid += verdict(dataclasses.asdict(h), b, cpus, unbounded)
         h = dataclasses.replace(h, warnings=warnings(dataclasses.asdict(h), b))
     throughput = Throughput(**s["throughput"])
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,

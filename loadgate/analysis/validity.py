@@ -58,10 +58,17 @@ def cores_words(cpus: dict[str, Any] | None, workers: int) -> str:
             "so more workers would only share them (give it more cores, e.g. taskset, or move the engine)")
 
 
-def verdict(health: dict[str, Any], budgets: Any, cpus: dict[str, Any] | None = None) -> list[str]:
-    """Messages for every exceeded validity budget, each saying what to change; empty when valid."""
+def verdict(health: dict[str, Any], budgets: Any, cpus: dict[str, Any] | None = None,
+            unbounded: bool = False) -> list[str]:
+    """Messages for every exceeded validity budget, each saying what to change; empty when valid.
+    `unbounded`: streamed records without per-chunk bounds (written before record v3): those are
+    judged by the loop's lag, as the version that wrote them judged them."""
     out = []
     sb = health.get("stamp_bound")
+    lag = (health.get("loop_lag_ms") or {}).get("p99")
+    if unbounded and lag is not None and lag > budgets.loop_lag_p99_ms:
+        out.append(f"client event-loop lag p99 {lag:.1f} ms (budget {budgets.loop_lag_p99_ms:g} ms), and these records "
+                   "carry no per-chunk stamp bound (written by an older loadgate): judged by the loop's lag, as then")
     if sb and sb["stated_p99_ms"] > budgets.stamp_error_p99_ms:
         user = " (user-space stamps: the loop's lag included)" if sb["user_stamped_requests"] else ""
         out.append(f"TTFT and ITL stamps may be off by up to {sb['stated_p99_ms']:.2f} ms at p99{user} (budget "

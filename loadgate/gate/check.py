@@ -96,7 +96,7 @@ def refuse_other_routes(b: bl.Baseline, corpus: Corpus, sender: CaseSender, api:
         if not rec or not rec.get("route"):
             continue
         was, now = urlsplit(str(rec["route"])).path, urlsplit(sender.targets[case.kind].url).path
-        if was != now:
+        if not (was.endswith(now) or now.endswith(was)):  # a gateway's path prefix is the same route
             captured = ((b.doc.get("fingerprint") or {}).get("request") or {}).get("api")
             through = f"through api {captured} " if captured else ""
             raise UsageError(f"{b.path or 'baseline'}: captured {through}on {was}, but this profile (target.api {api}) "

@@ -490,6 +490,8 @@ class SocketConn(_Framing):
                     sec, nsec = _TIMESPEC.unpack_from(blob)
                     t = sec * 1_000_000_000 + nsec - WALL_TO_MONO.offset(user)
                     break
+            else:  # no kernel stamp came with this read (an OS or sandbox without them): user time
+                self.stamp_source = "user"
             if user - t > self.user_lag_max_ns:
                 self.user_lag_max_ns = user - t
             self._on_data(t, data, (begin, turns.wake, turns.floor))

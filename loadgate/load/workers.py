@@ -77,15 +77,23 @@ def prebuild(target: Target, plan: Plan, indices: Iterable[int], budget: int = B
     return out
 
 
+def prepare(target: Target, plan: Plan, indices: Iterable[int]) -> None:
+    """Before a phase: its request bodies built, the heap collected and frozen (what exists now —
+    plan, pools, bodies, modules — never needs scanning again). A worker does this before it says
+    it is ready, so an open loop's start time is not spent building bodies."""
+    target.bodies = prebuild(target, plan, indices)
+    gc.collect()
+    gc.freeze()
+
+
 async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *, concurrency: int | None,
                  next_index: Callable[[], int | None] | None, start_ns: int | None,
-                 mine: Callable[[int], bool], stop_flag: StopFlag = NEVER) -> dict[str, Any]:
+                 mine: Callable[[int], bool], stop_flag: StopFlag = NEVER, prepared: bool = False) -> dict[str, Any]:
     """Run one phase with nothing but sending and receiving in the window: bodies built before,
     records decoded and written after (`Recorder(defer=True)`), the garbage collector off during
-    it (what exists before is frozen; one collection after)."""
-    target.bodies = prebuild(target, plan, (k for k in phase.indices if next_index is not None or mine(k)))
-    gc.collect()
-    gc.freeze()  # what exists now (plan, pools, bodies, modules) never needs scanning again
+    it (what exists before is frozen; one collection after). `prepared`: `prepare` already ran."""
+    if not prepared:
+        prepare(target, plan, (k for k in phase.indices if next_index is not None or mine(k)))
     monitor = HealthMonitor()
     monitor.start()
     stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
@@ -307,9 +315,12 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                         counter.value = k + 1
                         return int(k)
 
+                shared = not phase.open_loop and not phase.warmup  # drawn from the shared counter: any k
+                prepare(target, plan, (k for k in phase.indices if shared or k % n == j))
                 outbox.put(("ready", j))
                 start_ns = await loop.run_in_executor(None, inbox.get)
                 if start_ns is None:  # the parent gave up before the start: send nothing
+                    gc.unfreeze()
                     return
                 conc = _share(int(phase.level), n, j) if not phase.open_loop else None
                 p = phase if not phase.open_loop or not phase.max_in_flight else \
@@ -322,7 +333,10 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                                               concurrency=conc,
                                               next_index=None if phase.open_loop or phase.warmup else next_index,
                                               start_ns=start_ns, mine=lambda k: k % n == j,
-                                              stop_flag=StopFlag(stopping))
+                                              stop_flag=StopFlag(stopping), prepared=True)
+                    else:  # no share of this phase: undo `prepare`
+                        target.bodies = {}
+                        gc.unfreeze()
                 outbox.put(("done", j, health))
         finally:
             if target.pool is not None:
