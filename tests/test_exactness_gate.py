@@ -77,6 +77,9 @@ def test_batch_variant_is_caught_only_in_the_concurrent_scenario(tmp_path, capsy
     for n in groups["concurrent"]:
         assert n["verdict"] == "near-tie divergence" and n["baseline_top2_gap"] < 0.3
         assert n["first_divergence"] is not None and n["baseline_token"] != n["candidate_token"]
+        # the simulator's batch variant needs company: the stamps show others in flight at that token
+        assert 2 <= n["in_flight_at_divergence"] <= 8, n
+    assert "at it)" in out and "while its first diverging token arrived" in out
     # every divergence is listed in the report, and each has a reproducer bundle
     assert out.count("concurrent:8") >= len(groups["concurrent"])
     assert len(list((tmp_path / "out" / "r" / "divergences").glob("*.json"))) == len(r["non_identical"])

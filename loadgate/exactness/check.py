@@ -41,6 +41,7 @@ class SeqResult:
     why: str | None
     comparison: Comparison | None
     observed: Observed = field(repr=False)
+    in_flight_at_divergence: int | None = None  # requests in flight while the diverging token arrived
 
 
 @dataclass
@@ -150,6 +151,27 @@ def judge(scenario: str, observed: list[Observed], baseline: Baseline, contract:
     return out
 
 
+def mark_in_flight_at_divergence(judged: list[SeqResult], observed: list[Observed]) -> None:
+    """For each sequence that diverged in a stream, how many of the scenario's requests were in
+    flight when its first diverging token arrived: those sent before that moment whose answer had
+    not ended (itself included). The count at send says little when the batch around the
+    divergence was another."""
+    spans = [o.span_ns for o in observed if o.span_ns is not None]
+    for sr in judged:
+        c, chunks = sr.comparison, sr.observed.decoded.chunks
+        if c is None or c.first_divergence is None or len(chunks) < 2:
+            continue
+        seen, at = 0, None
+        for ch in chunks:
+            seen += ch.n_tokens
+            if seen > c.first_divergence:
+                at = ch.t_ns
+                break
+        if at is None:
+            continue
+        sr.in_flight_at_divergence = sum(1 for a, b in spans if a <= at <= b)
+
+
 RETRIES = 2  # a failed request is sent again at most this many times
 
 
@@ -190,7 +212,9 @@ async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, cont
         observed, n = await _send_with_retries(sender, cases, in_flight, f"{tag}-{name}")
         resent += n
         everything += observed
-        sequences += judge(name, observed, baseline, contract)
+        judged = judge(name, observed, baseline, contract)
+        mark_in_flight_at_divergence(judged, observed)
+        sequences += judged
     after = await scrape() if scrape is not None else None
     spec = speculation_evidence(everything, scrape_before, after)
     spec.update({"required": bool(speculation_required), "source": speculation_source})

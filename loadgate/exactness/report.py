@@ -24,6 +24,7 @@ def result_json(r: CheckResult) -> dict[str, Any]:
         "skipped_cases": r.skipped,
         "non_identical": [{
             "scenario": s.scenario, "case": s.case_id, "order": s.order, "in_flight": s.in_flight,
+            "in_flight_at_divergence": s.in_flight_at_divergence,
             "verdict": s.verdict, "passed": s.passed, "why": s.why,
             "first_divergence": None if s.comparison is None else s.comparison.first_divergence,
             "baseline_token": None if s.comparison is None else s.comparison.base_token,
@@ -64,7 +65,11 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
         proof = (f"{s['requests_with_draft_activity']} of {s['requests']} requests showed draft activity"
                  + (f", server draft counters +{s['counter_drafts_delta']:,.0f}" if s["counter_drafts_delta"] else ""))
         lines.append(f"speculation: on ({s['source']}); {'proven: ' + proof if s['ran'] else 'NOT PROVEN: ' + proof}")
-    rows = [[n["scenario"], n["case"], n["in_flight"], n["verdict"] or "request failed", _tok(n["first_divergence"]),
+    def flight(n: dict[str, Any]) -> str:
+        at = n.get("in_flight_at_divergence")
+        return str(n["in_flight"]) if at is None else f"{n['in_flight']} ({at} at it)"
+
+    rows = [[n["scenario"], n["case"], flight(n), n["verdict"] or "request failed", _tok(n["first_divergence"]),
              f"{_tok(n['baseline_token'])} → {_tok(n['candidate_token'])}" if n["first_divergence"] is not None else "",
              "n/a" if n["baseline_top2_gap"] is None else f"{n['baseline_top2_gap']:.4f}",
              "n/a" if n["max_ulp"] is None else n["max_ulp"], "yes" if n["passed"] else "NO"]
@@ -74,6 +79,9 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
         lines.append(tabulate(rows, headers=["scenario", "case", "in flight", "verdict", "first divergence",
                                              "baseline → candidate", "baseline top-2 gap", "max ULP", "meets contract"],
                               tablefmt="simple", disable_numparse=True))
+        if any(n.get("in_flight_at_divergence") is not None for n in j["non_identical"]):
+            lines.append("in flight: requests in flight when the request was sent (and, in brackets, while its first "
+                         "diverging token arrived, from the stamps)")
         why = [f"  {n['scenario']} {n['case']}: {n['why']}" for n in j["non_identical"]
                if not n["passed"] and n["why"] and n["why"] != n["verdict"]]
         if why:
