@@ -33,6 +33,7 @@ from loadgate.analysis.summary import snapshot_to_json
 from loadgate.config.profile import Profile
 from loadgate.engine.adapters import CHAT_APIS
 from loadgate.engine.connect import Engine, open_engine, run_async
+from loadgate.engine.http import reset_prefix_cache
 from loadgate.engine.servermetrics import GaugeSampler, scrape
 from loadgate.errors import (
     EngineError,
@@ -193,6 +194,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
                 break
             round_ = round_base + index
             plan = build_plan(profile, pool, round_)
+            reset = await reset_prefix_cache(e.session, e.base) if load.reset_prefix_cache else None
             tag = f"{run_dir.name}-L{level}"
             # warmup and measurement share the connections (the warmup opens them), in this process
             # or in worker processes kept for the level
@@ -217,7 +219,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
                 after = await scrape(e.session, metrics_url)
                 server[str(level)] = {
                     "before": None if before is None else snapshot_to_json(before),
-                    "after": None if after is None else snapshot_to_json(after), "gauges": gauges}
+                    "after": None if after is None else snapshot_to_json(after), "gauges": gauges,
+                    "prefix_cache_reset": reset}  # the route that emptied the cache before the level (None: not asked)
             finally:
                 if isinstance(runner, WorkerGroup):
                     runner.close()

@@ -246,3 +246,27 @@ def test_an_ab_between_a_warm_and_a_cold_side_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 22, err
     assert "met the prefix cache in different states" in err and "hit rate A 9" in err and "B 4" in err
+
+
+def test_a_reset_before_each_run_clears_the_cache_a_replayed_plan_would_hit(tmp_path, capsys):
+    """`load.reset_prefix_cache`: the engine's cache is emptied before each level and each A/B run
+    (the simulator serves vLLM's POST /reset_prefix_cache), so even a replayed plan meets it cold;
+    an engine without a reset route stops the run in one line (exit 3)."""
+    p = _cache_profile(tmp_path, "reset", cache="warm", pairs=2, baseline={"endpoint": "embedded", "sim": CACHED})
+    doc = yaml.safe_load(p.read_text())
+    doc["load"]["reset_prefix_cache"] = True
+    p.write_text(yaml.safe_dump(doc))
+    assert main(["run", "-q", str(p)]) in (0, 22)
+    for side in ("A", "B"):
+        first, second = _side_runs(tmp_path / "out" / "reset", side)
+        assert first["hit"] == 0.0 and second["hit"] == 0.0 and second["ttft"] > 0.8 * first["ttft"], (first, second)
+    a1 = load_json(tmp_path / "out" / "reset" / "A1" / "server.json")["1"]
+    assert a1["prefix_cache_reset"] == "/reset_prefix_cache"
+    capsys.readouterr()
+    doc["target"]["sim"] = {**CACHED, "prefix_cache_block": 0}  # no cache, no route
+    doc["output"]["run_id"] = "noroute"
+    del doc["ab"]
+    p.write_text(yaml.safe_dump(doc))
+    assert main(["run", "-q", str(p)]) == 3
+    err = capsys.readouterr().err
+    assert "has no prefix-cache reset route" in err and len(err.strip().splitlines()) == 1

@@ -201,6 +201,10 @@ class Load:
         "socket", "hot-path HTTP client: 'socket' stamps each read with the kernel's receive time "
         "(plain HTTP; user-space time for TLS) before any parsing; 'aiohttp' stamps after aiohttp "
         "parsed the read (later by a task switch)")
+    reset_prefix_cache: bool = knob(
+        False, "empty the engine's prefix cache before each load level and each A/B run (vLLM "
+        "POST /reset_prefix_cache, a dev-mode route: VLLM_SERVER_DEV_MODE=1; SGLang POST /flush_cache); "
+        "an engine without either route stops the run (exit 3) before its performance phase")
     workers: int = knob(1, "client processes, each with its own event loop; raise it when the "
                         "client health check says the loop lagged", min=1, max=64)
     grace_s: float = knob(1.0, "after SIGINT or SIGTERM, how long requests in flight may finish before they "

@@ -124,6 +124,27 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, method: str = "G
         raise EngineError(f"{method} {url} did not answer JSON") from None
 
 
+RESET_ROUTES = ("/reset_prefix_cache", "/flush_cache")  # vLLM (dev mode), SGLang
+
+
+async def reset_prefix_cache(session: aiohttp.ClientSession, base: str) -> str:
+    """Empty the engine's prefix cache through the first route it answers 200 on; returns that
+    route. EngineError (one line) when it has none: vLLM serves its route only with
+    VLLM_SERVER_DEV_MODE=1, llama-server has none (its requests can carry cache_prompt: false)."""
+    seen = []
+    for route in RESET_ROUTES:
+        try:
+            async with session.post(base + route, timeout=aiohttp.ClientTimeout(total=60)) as r:
+                await read_bounded(r, base + route)
+                if r.status == 200:
+                    return route
+                seen.append(f"{route} {r.status}")
+        except (aiohttp.ClientError, TimeoutError) as e:
+            seen.append(f"{route} {type(e).__name__}")
+    raise EngineError(f"load.reset_prefix_cache: {base} has no prefix-cache reset route ({', '.join(seen)}); "
+                      "for vLLM start it with VLLM_SERVER_DEV_MODE=1, or restart the engine between runs")
+
+
 def make_session(headers: dict[str, str] | None = None, ssl_context: ssl.SSLContext | None = None
                  ) -> aiohttp.ClientSession:
     """A session with an unlimited connector and an explicit read buffer (and the TLS context)."""

@@ -192,6 +192,16 @@ async def truth(request: web.Request) -> web.Response:
     return web.Response(body=request.app[STATE].truth.jsonl(), content_type="application/x-ndjson")
 
 
+async def reset_prefix_cache(request: web.Request) -> web.Response:
+    """vLLM's `POST /reset_prefix_cache` (a dev-mode route there): every cached block dropped.
+    404 when the prefix cache is off, as an engine without the route answers."""
+    engine = request.app[STATE].engine
+    if engine.prefix_cache is None:
+        return web.Response(status=404, text="404: Not Found")
+    engine.prefix_cache.blocks.clear()
+    return web.Response(status=200)
+
+
 async def truth_reset(request: web.Request) -> web.Response:
     log = request.app[STATE].truth
     n = len(log.records)
@@ -220,4 +230,5 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/get_model_info", model_info)
     r.add_get("/sim/truth", truth)
     r.add_post("/sim/truth/reset", truth_reset)
+    r.add_post("/reset_prefix_cache", reset_prefix_cache)
     r.add_get("/sim/config", sim_config)
