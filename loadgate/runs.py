@@ -168,7 +168,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     tp, overhead = tokens
     need_text = chat or not tp.exact
     pool = list(tp.ids)
-    plan = build_plan(profile, pool)
+    plan = build_plan(profile, pool, round_base)
     spec = target_spec(profile, e.settings, e.base, e.model, timeout_s=profile.target.timeout_s,
                        stream=profile.load.stream, pool_text=tp.text if need_text else None,
                        prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport)
@@ -193,7 +193,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
             if stop.is_set():
                 break
             round_ = round_base + index
-            plan = build_plan(profile, pool, round_)
+            if profile.workload.cache == "fresh" and round_ != plan.round:  # (warm: one plan for all)
+                plan = build_plan(profile, pool, round_)
             reset = await reset_prefix_cache(e.session, e.base) if load.reset_prefix_cache else None
             tag = f"{run_dir.name}-L{level}"
             # warmup and measurement share the connections (the warmup opens them), in this process

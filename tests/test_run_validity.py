@@ -86,22 +86,7 @@ def test_faults_the_client_saw_are_not_contamination_but_foreign_traffic_still_i
 
 def test_foreign_traffic_during_the_window_trips_the_contamination_check(tmp_path, capsys):
     with SimProcess(FAST) as sim:
-        def intruder() -> None:
-            # inside the measured window: once the simulator's log shows a finished request of the
-            # run (no warmup, so the window is open), with hundreds of decode steps still to come
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                with urllib.request.urlopen(sim.url + "/sim/truth", timeout=10) as r:
-                    if r.read().strip():
-                        break
-                time.sleep(0.005)  # polling the log, not ordering by time
-            body = orjson.dumps({"model": "sim-tiny", "prompt": "someone else", "max_tokens": 8, "ignore_eos": True})
-            for _ in range(3):
-                req = urllib.request.Request(sim.url + "/v1/completions", data=body,
-                                             headers={"content-type": "application/json"})
-                urllib.request.urlopen(req, timeout=10).read()
-
-        th = threading.Thread(target=intruder)
+        th = threading.Thread(target=_intrude, args=(sim.url, 3, 8))
         th.start()
         prof = profile_for(sim.url, tmp_path, requests=60, concurrency=2, osl=24)
         result = loadgate.run(prof, unverified=True)

@@ -269,7 +269,7 @@ def test_a_read_is_stamped_when_its_last_packet_arrived():
     assert stamps[0] - sends[0] > 30_000_000  # so the first event is stamped ~40 ms late
 
 
-def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_an_exact_end():
+def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_an_exact_end(monkeypatch):
     """One engine step answers 24 streams at once, each with its last chunk and the stream's end in
     one write. The client works through the 24 sockets in one loop turn, slowly (0.2 ms each), so
     the later reads begin well over `LATE_READ_NS` after their packets arrived. They waited for the
@@ -304,13 +304,13 @@ def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_an_exact_end():
         for c in conns:
             c.close()
 
-    slow_on_data = transport._Framing._on_data
+    on_data_as_is = transport._Framing._on_data
 
     def on_data(self, t_ns, data, begin):  # the client's work per read, made slow
         end = time.perf_counter_ns() + 300_000
         while time.perf_counter_ns() < end:
             pass
-        slow_on_data(self, t_ns, data, begin)
+        on_data_as_is(self, t_ns, data, begin)
 
     async def exchange() -> list[Raw]:
         lsock = socket.create_server(("127.0.0.1", 0))
@@ -336,13 +336,9 @@ def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_an_exact_end():
         lsock.close()
         return raws
 
-    old = transport._Framing._on_data
-    transport._Framing._on_data = on_data  # type: ignore[method-assign]
-    try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            raws = runner.run(exchange())
-    finally:
-        transport._Framing._on_data = old  # type: ignore[method-assign]
+    monkeypatch.setattr(transport._Framing, "_on_data", on_data)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        raws = runner.run(exchange())
     last = [(raw.end_ns, raw.read_begin[-1]) for raw in raws]
     assert all(raw.status == 200 and raw.error is None for raw in raws)
     late = [t for t, (begin, _, _) in last if begin - t > LATE_READ_NS]

@@ -273,8 +273,7 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         """The fields added since version 1 first, then those of version 1 in their order."""
         d = asdict(self)
-        d["levels"] = {lv: {**{k: v for k, v in ls.items() if k != "invalid"}, "invalid": ls["invalid"]}
-                       for lv, ls in d["levels"].items()}
+        d["levels"] = {lv: ls.to_json() for lv, ls in self.levels.items()}
         return {"summary_version": d.pop("summary_version"), "interrupted": d.pop("interrupted"),
                 "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), **d}
 

@@ -93,7 +93,7 @@ def refuse_other_routes(b: bl.Baseline, corpus: Corpus, sender: CaseSender, api:
     nothing that means anything, so it is refused in one line before anything is sent."""
     for case in corpus.cases:
         rec = b.cases.get(case.id)
-        if not rec or not rec.get("route"):
+        if not isinstance(rec, dict) or not rec.get("route"):
             continue
         was, now = urlsplit(str(rec["route"])).path, urlsplit(sender.targets[case.kind].url).path
         if not (was.endswith(now) or now.endswith(was)):  # a gateway's path prefix is the same route

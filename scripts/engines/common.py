@@ -228,6 +228,21 @@ class Server:
         return f"Server(url={self.url!r}, pid={self.pid}, log={str(self.log_path)!r})"
 
 
+def serve_until_interrupted(srv: Server) -> None:
+    """A script's `main`: print where the started server listens and its declared configuration,
+    then wait until Ctrl-C or `kill PID`, and stop it."""
+    import json
+
+    try:
+        print(f"{srv.url} (pid {srv.pid}, log {srv.log_path}, ready in {srv.ready_s:.1f} s)", flush=True)
+        print(json.dumps(srv.info["declared"], indent=2))
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stop()
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     """Send ``sig`` to process group ``pgid``; a group already gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -28,7 +28,6 @@ Manual use (prints the URL, serves until Ctrl-C)::
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Server, cache_dir, free_port, load_script  # noqa: E402
+from common import Server, cache_dir, free_port, load_script, serve_until_interrupted  # noqa: E402
 
 SERVED_NAME = "tiny"
 MAX_TOTAL_TOKENS = 16384
@@ -133,15 +132,9 @@ if __name__ == "__main__":  # pragma: no cover - manual use
     vllm = load_script("vllm", "vllm_engine")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill PID` stops the server too
     log = cache_dir() / "logs" / "sgl_kernel_shim_calls.log"
-    srv = start(name, vllm.models_from_make_models()["target"], shim_log=log)
     try:
-        print(f"{srv.url} (pid {srv.pid}, log {srv.log_path}, ready in {srv.ready_s:.1f} s)", flush=True)
-        print(json.dumps(srv.info["declared"], indent=2))
-        signal.pause()
-    except KeyboardInterrupt:
-        pass
+        serve_until_interrupted(start(name, vllm.models_from_make_models()["target"], shim_log=log))
     finally:
-        srv.stop()
         calls = shim_calls(log)
         if calls:
             print(f"sgl_kernel shim functions were called ({len(calls)}):\n" + "\n".join(calls), file=sys.stderr)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Server, cache_dir, free_port  # noqa: E402
+from common import Server, cache_dir, free_port, serve_until_interrupted  # noqa: E402
 
 SERVED_NAME = "tiny"
 MAX_MODEL_LEN = 2048
@@ -196,12 +196,4 @@ if __name__ == "__main__":  # pragma: no cover - manual use
     if name not in VARIANTS:
         raise SystemExit(f"usage: python scripts/engines/vllm.py [{'|'.join(VARIANTS)}]")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill PID` stops the server too
-    srv = start(name, models_from_make_models())
-    try:
-        print(f"{srv.url} (pid {srv.pid}, log {srv.log_path}, ready in {srv.ready_s:.1f} s)", flush=True)
-        print(json.dumps(srv.info["declared"], indent=2))
-        signal.pause()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        srv.stop()
+    serve_until_interrupted(start(name, models_from_make_models()))
