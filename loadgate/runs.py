@@ -33,7 +33,7 @@ from loadgate.analysis.summary import snapshot_to_json
 from loadgate.config.profile import Profile
 from loadgate.engine.adapters import CHAT_APIS
 from loadgate.engine.connect import Engine, open_engine, run_async
-from loadgate.engine.http import reset_prefix_cache
+from loadgate.engine.http import empty_prefix_cache
 from loadgate.engine.servermetrics import GaugeSampler, scrape
 from loadgate.errors import (
     EngineError,
@@ -195,7 +195,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
             round_ = round_base + index
             if profile.workload.cache == "fresh" and round_ != plan.round:  # (warm: one plan for all)
                 plan = build_plan(profile, pool, round_)
-            reset = await reset_prefix_cache(e.session, e.base) if load.reset_prefix_cache else None
+            reset = await empty_prefix_cache(e.session, e.base, profile.target.api) if load.reset_prefix_cache else None
             tag = f"{run_dir.name}-L{level}"
             # warmup and measurement share the connections (the warmup opens them), in this process
             # or in worker processes kept for the level
@@ -345,11 +345,22 @@ def _preflight(profile: Profile, unverified: bool) -> None:
         trace_of(profile)  # every line, before the exactness check
 
 
+def salted(profile: Profile) -> Profile:
+    """The profile with this run's prompt salt (`workload.prompt_salt`): drawn here when the profile
+    leaves it unset and the prompts are fresh, so each run sends prompts no earlier run left in the
+    engine's prefix cache; meta.json's profile keeps it, so the run's prompts can be sent again."""
+    w = profile.workload
+    if w.cache != "fresh" or w.prompt_salt is not None:
+        return profile
+    return dataclasses.replace(profile, workload=dataclasses.replace(w, prompt_salt=random.SystemRandom().getrandbits(32)))
+
+
 def run(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
         progress: ProgressFactory = no_progress) -> RunResult:
     """`loadgate run`: fingerprint -> exactness check -> attestation -> performance -> fingerprint
     again (for both engines, in interleaved runs, with an `ab` section) -> verdict."""
     _preflight(profile, unverified)
+    profile = salted(profile)
     if profile.ab is not None:
         return run_ab(profile, unverified=unverified, say=say, progress=progress)
 
@@ -388,6 +399,7 @@ def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
            progress: ProgressFactory = no_progress) -> RunResult:
     """Check both engines, then make the interleaved runs (A: baseline, B: candidate); ab.json
     and one ordinary run folder per run, then the verdict of the comparison."""
+    profile = salted(profile)
     assert profile.ab is not None
     sides = {s: side_profile(profile, s) for s in SIDES}
     order = run_order(profile.ab.pairs, profile.ab.order_seed)

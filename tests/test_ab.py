@@ -241,6 +241,7 @@ def test_an_ab_between_a_warm_and_a_cold_side_is_refused(tmp_path, capsys):
         p = _cache_profile(tmp_path, "mixed", cache="warm", pairs=2, baseline={"endpoint": warm.url})
         doc = yaml.safe_load(p.read_text())
         doc["exactness"]["baseline"] = base
+        doc["exactness"]["scenarios"] = {"reset_prefix_cache": False}  # (the check would empty the warm cache)
         p.write_text(yaml.safe_dump(doc))
         code = main(["run", "-q", str(p)])
     err = capsys.readouterr().err
@@ -270,3 +271,95 @@ def test_a_reset_before_each_run_clears_the_cache_a_replayed_plan_would_hit(tmp_
     assert main(["run", "-q", str(p)]) == 3
     err = capsys.readouterr().err
     assert "has no prefix-cache reset route" in err and len(err.strip().splitlines()) == 1
+
+
+def _single_run(folder: Path) -> dict[str, Any]:
+    lv = load_json(folder / "summary.json")["levels"]["1"]
+    salt = load_json(folder / "meta.json")["profile"]["workload"]["prompt_salt"]
+    return {"ttft": lv["metrics"]["ttft"]["p50"], "hit": lv["prefix_cache"]["hit_rate"], "salt": salt}
+
+
+def _three_runs_of_one_profile(tmp: Path, capsys: Any) -> list[dict[str, Any]]:
+    """Three `loadgate run`s of one profile against one simulator with a prefix cache: the first two
+    as written (fresh prompts, no salt set), the third with the first run's salt from its meta.json."""
+    from loadgate.config.simconfig import SimConfig
+    from loadgate.sim.process import SimProcess
+
+    out = []
+    with SimProcess(SimConfig(**CACHED)) as sim:
+        p = _cache_profile(tmp, "again", cache="fresh", pairs=2, baseline={"endpoint": sim.url})
+        doc = yaml.safe_load(p.read_text())
+        doc["target"] = {"endpoint": sim.url}
+        del doc["ab"], doc["output"]["run_id"]
+        for k in range(3):
+            if k == 2:
+                doc["workload"]["prompt_salt"] = out[0]["salt"]
+            p.write_text(yaml.safe_dump(doc))
+            assert main(["run", "-q", "--unverified", str(p)]) == 11
+            capsys.readouterr()
+            newest = max((tmp / "out").iterdir(), key=lambda d: d.stat().st_mtime_ns)
+            out.append(_single_run(newest))
+    return out
+
+
+def test_a_second_run_of_one_profile_meets_a_cold_cache_and_its_salt_replays_the_first(tmp_path, capsys):
+    """Separate runs of one profile draw their own prompt salt (kept in meta.json's profile), so the
+    second run does not meet the first one's prompts in the engine's cache (hit rate 0, the same
+    prefill work); setting the first run's salt sends exactly its prompts again: every block hits."""
+    first, second, replayed = _three_runs_of_one_profile(tmp_path, capsys)
+    assert isinstance(first["salt"], int) and first["salt"] != second["salt"]
+    assert first["hit"] == 0.0 and second["hit"] == 0.0, (first, second)
+    assert second["ttft"] > 0.8 * first["ttft"], (first, second)
+    assert replayed["salt"] == first["salt"] and replayed["hit"] > 0.9, replayed
+    assert replayed["ttft"] < 0.5 * first["ttft"], (first, replayed)
+
+
+@pytest.mark.timing
+def test_a_second_run_of_one_profile_has_the_first_runs_ttft_within_5_percent(tmp_path, capsys):
+    """The done-when figure, timed: with fresh prompts a second run's TTFT p50 is within ±5 % of
+    the first (prefill of 256 tokens is ~51 ms of it on the simulator's schedule)."""
+    first, second, _ = _three_runs_of_one_profile(tmp_path, capsys)
+    assert abs(second["ttft"] / first["ttft"] - 1) <= 0.05, (first, second)
+
+
+def test_the_checks_scenarios_each_meet_an_emptied_prefix_cache_and_report_their_hits(tmp_path, capsys):
+    """The check replays one corpus in every scenario: without resets the second scenario meets the
+    corpus the first left in the cache; with them (the default) every scenario is cold, and
+    exactness.json and the report give each scenario's route and hit rate."""
+    sim = {**CACHED, "prefix_cache_block": 2}  # the corpus's prompts are a few tokens long
+    rates = {}
+    for reset in (True, False):
+        p = _cache_profile(tmp_path, f"sc-{reset}", cache="fresh", pairs=2, baseline={})
+        doc = yaml.safe_load(p.read_text())
+        doc["target"]["sim"] = sim
+        del doc["ab"]
+        doc["exactness"]["scenarios"] = {"solo": True, "concurrent": 3, "reset_prefix_cache": reset}
+        p.write_text(yaml.safe_dump(doc))
+        assert main(["check", str(p)]) == 0
+        out = capsys.readouterr().out
+        sc = load_json(next((tmp_path / "out").glob(f"sc-{reset}*")) / "exactness.json")["scenarios"]
+        rates[reset] = {k.split(":")[0]: v["prefix_cache"]["hit_rate"] for k, v in sc.items()}
+        if reset:
+            assert {v["cache_reset"] for v in sc.values()} == {"/reset_prefix_cache"}
+            assert "concurrent:3 (3 requests, 3 in flight, cache emptied, 0% prefix-cache hits)" in out, out
+    assert rates[True] == {"solo": 0.0, "concurrent": 0.0}, rates
+    assert rates[False]["solo"] == 0.0 and rates[False]["concurrent"] > 0.5, rates
+
+
+def test_llama_cpp_apis_need_no_reset_because_their_requests_never_use_the_prompt_cache():
+    """`empty_prefix_cache` answers without a route exactly for the APIs whose adapters send
+    `cache_prompt: false` in every body (the load's and the check's)."""
+    from loadgate.engine.adapters import ADAPTERS, CHAT_APIS, PROMPT_CACHE_OFF_APIS, adapter_for
+    from loadgate.engine.adapters.base import GenRequest
+    from loadgate.engine.connect import run_async
+    from loadgate.engine.http import empty_prefix_cache
+
+    off = set()
+    for api in ADAPTERS:
+        req = GenRequest(4, messages=({"role": "user", "content": "hi"},)) if api in CHAT_APIS else \
+            GenRequest(4, prompt_ids=(1, 2, 3))
+        body = adapter_for(api).build_body(req, "m")
+        if body.get("cache_prompt") is False:
+            off.add(api)
+    assert off == set(PROMPT_CACHE_OFF_APIS) and off
+    assert run_async(empty_prefix_cache(None, "http://127.0.0.1:9", "llamacpp")) == "cache_prompt: false"  # type: ignore[arg-type]

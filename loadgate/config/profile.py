@@ -177,6 +177,11 @@ class Workload:
         "each pair its own prompts (same lengths, other token ids; both sides of a pair alike; declared "
         "shared prefixes kept; a trace's own ids, text and messages are sent as written), so no run replays prompts an earlier one left in the engine's prefix "
         "cache; 'warm' replays the same prompts everywhere (to measure a warm cache on purpose)")
+    prompt_salt: int | None = knob(
+        None, "with cache: fresh, which prompts a run draws (lengths stay the seed's): unset, each run "
+        "draws its own salt, so a second run of one profile does not replay the first's prompts into a "
+        "warm cache; meta.json's profile records the salt, and setting it sends that run's prompts again",
+        min=0)
     token_mismatch_limit: float = knob(
         0.0, "largest fraction of requests whose prompt or completion token count may differ "
         "from the plan before the run is invalid", min=0.0, max=1.0)
@@ -231,6 +236,10 @@ class Scenarios:
     repeat: int = knob(0, "this many requests cycling through the cases (run-to-run drift); 0 is off", min=0)
     repeat_batch: int = knob(8, "requests in flight during `repeat`", min=1)
     long: bool = knob(False, "the cases tagged `long`, one at a time")
+    reset_prefix_cache: bool = knob(
+        True, "empty the engine's prefix cache before each scenario where it has a route (vLLM in dev "
+        "mode, SGLang; llama.cpp requests never use it), so no scenario meets the corpus cached by the "
+        "one before; each scenario's prefix-cache hits are reported either way")
 
     def check(self) -> list[tuple[str, str]]:
         if not (self.solo or self.concurrent or self.repeat or self.long):

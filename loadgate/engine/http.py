@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
+from loadgate.engine.adapters import PROMPT_CACHE_OFF_APIS
 from loadgate.errors import EngineError, UsageError
 from loadgate.secrets import expand, key_from_env, redact
 
@@ -130,7 +131,7 @@ RESET_ROUTES = ("/reset_prefix_cache", "/flush_cache")  # vLLM (dev mode), SGLan
 async def reset_prefix_cache(session: aiohttp.ClientSession, base: str) -> str:
     """Empty the engine's prefix cache through the first route it answers 200 on; returns that
     route. EngineError (one line) when it has none: vLLM serves its route only with
-    VLLM_SERVER_DEV_MODE=1, llama-server has none (its requests can carry cache_prompt: false)."""
+    VLLM_SERVER_DEV_MODE=1, llama-server has none (see `empty_prefix_cache`)."""
     seen = []
     for route in RESET_ROUTES:
         try:
@@ -142,7 +143,16 @@ async def reset_prefix_cache(session: aiohttp.ClientSession, base: str) -> str:
         except (aiohttp.ClientError, TimeoutError) as e:
             seen.append(f"{route} {type(e).__name__}")
     raise EngineError(f"load.reset_prefix_cache: {base} has no prefix-cache reset route ({', '.join(seen)}); "
-                      "for vLLM start it with VLLM_SERVER_DEV_MODE=1, or restart the engine between runs")
+                      "for vLLM start it with VLLM_SERVER_DEV_MODE=1, or restart the engine between runs; for "
+                      "llama-server use a llamacpp* target.api (its requests never use the prompt cache)")
+
+
+async def empty_prefix_cache(session: aiohttp.ClientSession, base: str, api: str) -> str:
+    """`reset_prefix_cache` for an engine spoken to through `api`: llama.cpp's routes need no reset,
+    as every request loadgate sends them carries `cache_prompt: false` (its adapters)."""
+    if api in PROMPT_CACHE_OFF_APIS:
+        return "cache_prompt: false"
+    return await reset_prefix_cache(session, base)
 
 
 def make_session(headers: dict[str, str] | None = None, ssl_context: ssl.SSLContext | None = None

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgate.analysis.specdec import DRAFTS
+from loadgate.analysis.specdec import DRAFTS, prefix_cache
 from loadgate.config.profile import Scenarios
 from loadgate.engine.servermetrics import Snapshot, delta, first_name
 from loadgate.exactness.baseline import Baseline, seq_output
@@ -199,27 +199,39 @@ async def _send_with_retries(sender: CaseSender, cases: list[Case], in_flight: i
 
 async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, contract: Contract, sc: Scenarios, *,
                     tag: str, max_len: int | None, speculation_required: bool | None, speculation_source: str,
-                    scrape: Any = None) -> CheckResult:
+                    scrape: Any = None, reset: Any = None) -> CheckResult:
     """Run every scenario against the candidate and judge it. `scrape` is an async callable giving a
-    /metrics Snapshot (or None), used to prove speculation from counter deltas."""
+    /metrics Snapshot (or None), used to prove speculation from counter deltas and to count each
+    scenario's prefix-cache hits; `reset` an async callable emptying the engine's prefix cache
+    before each scenario (returns the route used, or None where the engine has none)."""
     counts = {c.id: await sender.count_tokens(c) for c in corpus.cases} if max_len is not None else {}
     plans, skipped = plan_scenarios(corpus, sc, max_len, counts)
     scrape_before = await scrape() if scrape is not None else None
     sequences: list[SeqResult] = []
     everything: list[Observed] = []
     resent = 0
+    scenarios: dict[str, Any] = {}
+    last = scrape_before
     for name, in_flight, cases in plans:
+        info: dict[str, Any] = {"in_flight": in_flight, "requests": len(cases)}
+        if reset is not None:
+            info["cache_reset"] = await reset()
+            last = await scrape() if scrape is not None else None  # (the reset's own effect is not the scenario's)
         observed, n = await _send_with_retries(sender, cases, in_flight, f"{tag}-{name}")
+        now = await scrape() if scrape is not None else None
+        if last is not None and now is not None:
+            info["prefix_cache"] = prefix_cache(last, now)
+        last = now
+        scenarios[name] = info
         resent += n
         everything += observed
         judged = judge(name, observed, baseline, contract)
         mark_in_flight_at_divergence(judged, observed)
         sequences += judged
-    after = await scrape() if scrape is not None else None
+    after = last if plans else (await scrape() if scrape is not None else None)
     spec = speculation_evidence(everything, scrape_before, after)
     spec.update({"required": bool(speculation_required), "source": speculation_source})
-    result = CheckResult(contract, {name: {"in_flight": n, "requests": len(c)} for name, n, c in plans},
-                         sequences, spec, skipped, retried=resent)
+    result = CheckResult(contract, scenarios, sequences, spec, skipped, retried=resent)
     lost = [s for s in sequences if s.observed.decoded.error is not None]
     failed = [s for s in sequences if not s.passed and s.observed.decoded.error is None]
     result.not_established = [f"{s.scenario}/{s.case_id}" for s in lost]

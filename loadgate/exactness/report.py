@@ -40,6 +40,18 @@ def _tok(v: Any) -> str:
     return "end" if v is None else str(v)
 
 
+def _cache_note(scenario: dict[str, Any]) -> str:
+    """', cache emptied, 0% prefix-cache hits' for a scenario of a check that recorded them (a check
+    written before they were is rendered as it was)."""
+    out = ""
+    if "cache_reset" in scenario:
+        out += ", cache emptied" if scenario["cache_reset"] else ", cache not emptied (no route)"
+    pc = scenario.get("prefix_cache")
+    if pc and pc.get("hit_rate") is not None:
+        out += f", {pc['hit_rate']:.0%} prefix-cache hits"
+    return out
+
+
 def render(j: dict[str, Any], *, header: str = "") -> str:
     """Human-readable report from `result_json` output (so old runs render the same)."""
     lines = [header] if header else []
@@ -47,7 +59,8 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
     state = "PASSED" if j["passed"] else "FAILED" if j["reasons"] or not lost else "NOT ESTABLISHED"
     lines.append(f"exactness check: {state}")
     lines.append(f"contract: {j['contract']['words']}")
-    sc = " · ".join(f"{k} ({v['requests']} requests, {v['in_flight']} in flight)" for k, v in j["scenarios"].items())
+    sc = " · ".join(f"{k} ({v['requests']} requests, {v['in_flight']} in flight{_cache_note(v)})"
+                    for k, v in j["scenarios"].items())
     lines.append(f"scenarios: {sc}")
     if j["skipped_cases"]:
         lines.append(f"skipped (prompt + max_tokens exceed the engine's context): {', '.join(j['skipped_cases'])}")

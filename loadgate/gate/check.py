@@ -15,8 +15,9 @@ from urllib.parse import urlsplit
 from loadgate.config.profile import Exactness, Profile
 from loadgate.engine.adapters.base import Sampling
 from loadgate.engine.connect import Engine, open_engine, reference_target
+from loadgate.engine.http import empty_prefix_cache
 from loadgate.engine.servermetrics import scrape
-from loadgate.errors import UsageError
+from loadgate.errors import EngineError, UsageError
 from loadgate.exactness import baseline as bl
 from loadgate.exactness.bundle import session_doc, write_bundles
 from loadgate.exactness.check import CheckResult, run_check, speculation_declared
@@ -113,6 +114,15 @@ class CheckOutcome:
     attestation: dict[str, Any] | None
 
 
+async def reset_or_none(e: Engine) -> str | None:
+    """Empty the engine's prefix cache before a scenario; None where it has no route (the check goes
+    on: each scenario's hits are reported, so a warm scenario shows)."""
+    try:
+        return await empty_prefix_cache(e.session, e.base, e.profile.target.api)
+    except EngineError:
+        return None
+
+
 async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
     """Fingerprint, baseline, check, bundles, attestation; writes exactness.json into run_dir."""
     profile = e.profile
@@ -129,7 +139,8 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
         refuse_other_routes(b, corpus, sender, profile.target.api)
         result = await run_check(sender, corpus, b, contract, ex.scenarios, tag=f"{run_dir.name}-check",
                                  max_len=max_len, speculation_required=required, speculation_source=source,
-                                 scrape=lambda: scrape(e.session, e.metrics_url))
+                                 scrape=lambda: scrape(e.session, e.metrics_url),
+                                 reset=(lambda: reset_or_none(e)) if ex.scenarios.reset_prefix_cache else None)
     finally:
         sender.close()
     report = result_json(result)

@@ -9,6 +9,8 @@ round with its own prompt token ids, drawn from `(seed, salt, round, k)`; the le
 arrival times and any declared shared prefix stay the same, and round 0 is exactly the plan
 without rounds. So no level or pair replays prompts an earlier one left in the engine's prefix
 cache, both sides of an A/B pair send the same prompts, and `cache: warm` keeps one round.
+A run also salts its rounds (`workload.prompt_salt`, drawn per run unless the profile sets it), so
+a second run of one profile does not meet the first one's prompts either.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class _TraceRequests:
         """Every line is checked here, before anything is sent: a bad line is a one-line error
         naming the file and line, not a failure in the middle of a run."""
         self.path, self.seed, self.pool = path, seed, pool
-        self.round = 0  # set by the plan: length-only lines draw fresh ids per round
+        self.key: tuple[int, ...] = ()  # set by the plan: length-only lines draw fresh ids per round
         self.offsets: list[int] = []
         self.first_ids_line: str | None = None  # where the first prompt_ids line is (chat APIs take none)
         try:
@@ -128,8 +130,8 @@ class _TraceRequests:
         if "prompt_ids" in obj:
             req["prompt_ids"] = tuple(obj["prompt_ids"])
         elif "input_len" in obj:
-            rng = np.random.default_rng([self.seed, 0x7ACE, k] if self.round == 0 else
-                                        [self.seed, 0x7ACE, 0xCAC4E, self.round, k])
+            rng = np.random.default_rng([self.seed, 0x7ACE, k] if not self.key else
+                                        [self.seed, 0x7ACE, 0xCAC4E, *self.key, k])
             req["prompt_ids"] = tuple(rng.choice(self.pool, size=obj["input_len"]).tolist())
         elif "messages" in obj:
             req["messages"] = tuple(obj["messages"])
@@ -144,7 +146,7 @@ class _Requests:
     `(seed, salt, k)`, so request k is the same whoever asks and in whatever order."""
 
     def __init__(self, w: Workload, n: int, seed: int, salt: int, pool: np.ndarray, base_dir: Path,
-                 round_: int = 0) -> None:
+                 key: tuple[int, ...] = ()) -> None:
         rng = np.random.default_rng([seed, salt])
         self.isl = draw_lengths(w.input_len, n, rng, base_dir)
         self.osl = draw_lengths(w.output_len, n, rng, base_dir)
@@ -153,15 +155,15 @@ class _Requests:
             prng = np.random.default_rng([seed, salt, 0xF1E1D])
             self.prefixes = [prng.choice(pool, size=w.shared_prefix.prefix_len)
                              for _ in range(w.shared_prefix.groups)]
-        self.seed, self.salt, self.pool, self.round = seed, salt, pool, round_
+        self.seed, self.salt, self.pool, self.key = seed, salt, pool, key
 
     def __len__(self) -> int:
         return len(self.isl)
 
     def prompt(self, k: int) -> tuple[int, ...]:
         length = int(self.isl[k])
-        rng = np.random.default_rng([self.seed, self.salt, k] if self.round == 0 else
-                                    [self.seed, self.salt, 0xCAC4E, self.round, k])
+        rng = np.random.default_rng([self.seed, self.salt, k] if not self.key else
+                                    [self.seed, self.salt, 0xCAC4E, *self.key, k])
         if self.prefixes:
             pre = self.prefixes[k % len(self.prefixes)][:length]
             ids = np.concatenate([pre, rng.choice(self.pool, size=length - len(pre))])
@@ -209,16 +211,18 @@ class Plan(Sequence[PlannedRequest]):
     def __init__(self, profile: Profile, token_pool: Sequence[int], round_: int = 0) -> None:
         pool = np.asarray(token_pool, dtype=np.int64)
         self.round = round_ if profile.workload.cache == "fresh" else 0
+        salt = profile.workload.prompt_salt if profile.workload.cache == "fresh" else None
+        key = prompt_key(self.round, salt)
         if pool.size == 0:
             raise ValueError("empty token pool")
         base_dir = profile.resolve(".")
         w, load = profile.workload, profile.load
-        self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir, self.round)
+        self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir, key)
         self.trace: _TraceRequests | None = None
         if w.trace is not None:
             self.trace = trace_of(profile, pool)
-            self.trace.round = self.round
-        self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir, self.round)
+            self.trace.key = key
+        self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir, key)
         self.offsets: list[int] | None = None
         if load.rate is not None:
             self.offsets = arrival_offsets_ns(load, w.requests, np.random.default_rng([profile.seed, 1]))
@@ -255,6 +259,14 @@ class Plan(Sequence[PlannedRequest]):
 
     def measured_requests(self) -> range:
         return range(self.n_warmup, len(self))
+
+
+def prompt_key(round_: int, salt: int | None) -> tuple[int, ...]:
+    """What a round's prompts are drawn from besides (seed, kind, k): nothing for round 0 of an
+    unsalted plan (the plan as it was before rounds), else the round and the run's salt."""
+    if salt is None:
+        return (round_,) if round_ else ()
+    return (salt, round_)
 
 
 def build_plan(profile: Profile, token_pool: Sequence[int], round_: int = 0) -> Plan:

@@ -7,7 +7,7 @@ float32, and no speculation in bfloat16 (the planted divergence). Every server i
         --host 127.0.0.1 --port P --dtype float32|bfloat16 --max-model-len 2048 --enforce-eager
         [--speculative-config JSON] [--per-request-spec-decode-metrics summary]
 
-with ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and the hub switched off, waits for ``/health`` and is
+with ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB), ``VLLM_SERVER_DEV_MODE=1`` and the hub switched off, waits for ``/health`` and is
 stopped by PID (SIGTERM to its process group, then SIGKILL): see ``common.Server``.
 (``vllm serve`` does not work with the ``vllm-cpu`` distribution: it asks for ``vllm``'s version.)
 
@@ -148,9 +148,11 @@ def declared_for(v: Variant, target_dir: str, draft_dir: str | None) -> dict[str
 
 
 def server_env() -> dict[str, str]:
-    """Environment for the server: small KV cache, no hub, no usage reports."""
+    """Environment for the server: small KV cache, no hub, no usage reports, and dev mode, which
+    serves ``POST /reset_prefix_cache`` (loadgate empties the prefix cache through it)."""
     return {"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false",
+            "VLLM_SERVER_DEV_MODE": "1"}
 
 
 def make_server(v: Variant | str, models: dict[str, str], *, log_dir: Path | None = None,

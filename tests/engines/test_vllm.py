@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from loadgate.cli import main
 from loadgate.jsonutil import load_json
@@ -121,6 +122,52 @@ def test_baseline_holds_ids_and_logprobs_from_both_routes_equal_to_plain_request
          tokens=sum(len(c["output_ids"]) for c in cases.values()))
 
 
+def _cache_run(p: Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """One `loadgate run --unverified` of the profile `doc` (about the cache, not exactness): the
+    level's TTFT p50, the server's prefix-cache figures, the run's salt and the reset route used."""
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["run", "-q", "--unverified", str(p)]) == 11
+    run = max((p.parent / "out").iterdir(), key=lambda d: d.stat().st_mtime_ns)
+    lv = load_json(run / "summary.json")["levels"]["1"]
+    return {"ttft": lv["metrics"]["ttft"]["p50"], "cache": lv["prefix_cache"],
+            "salt": load_json(run / "meta.json")["profile"]["workload"]["prompt_salt"],
+            "reset": load_json(run / "server.json")["1"]["prefix_cache_reset"]}
+
+
+def test_runs_of_one_profile_meet_a_cold_prefix_cache_and_a_reset_clears_a_warm_one(
+        servers, baseline_file, small_corpus, write_profile, engine_logs):
+    """vLLM caches prompt prefixes by default (128-token blocks here: of a 256-token prompt at most
+    the first block can hit). Two runs of one profile draw their own prompts (`cache: fresh`), so the
+    second meets a cold cache: hit rate 0 from /metrics and a TTFT p50 not lowered by it. Sending
+    the second run's prompts again (its salt) hits half of every prompt and lowers TTFT; with
+    `load.reset_prefix_cache` (POST /reset_prefix_cache, dev mode) the same prompts meet it empty."""
+    srv = servers.get("plain")
+    p = write_profile("vllm-cache", srv.url, srv.info["declared"], small_corpus)
+    doc = yaml.safe_load(p.read_text())
+    doc["workload"] = {"requests": 12, "input_len": {"dist": "fixed", "value": 256},
+                       "output_len": {"dist": "fixed", "value": 4}}
+    doc["load"] = {"concurrency": 1}
+    del doc["output"]["run_id"]
+    first, second = _cache_run(p, doc), _cache_run(p, doc)
+    doc["workload"]["prompt_salt"] = second["salt"]
+    warm = _cache_run(p, doc)
+    doc["load"]["reset_prefix_cache"] = True
+    reset = _cache_run(p, doc)
+    for r in (first, second, warm, reset):
+        assert r["cache"]["counters"] == ["vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"], r
+        assert r["cache"]["queries"] >= 12 * 256, r
+    assert first["salt"] != second["salt"]
+    assert first["cache"]["hits"] == 0 and second["cache"]["hits"] == 0, (first, second)
+    assert warm["cache"]["hit_rate"] >= 0.45 and warm["ttft"] < 0.9 * second["ttft"], (second, warm)
+    assert reset["reset"] == "/reset_prefix_cache" and reset["cache"]["hits"] == 0, reset
+    assert second["ttft"] > 0.8 * first["ttft"] and reset["ttft"] > warm["ttft"], (first, second, warm, reset)
+    note(engine_logs, test="prefix-cache", ttft_p50_ms={k: r["ttft"] for k, r in
+                                                        zip(("first", "second", "warm", "reset"),
+                                                            (first, second, warm, reset), strict=True)},
+         hit_rate={k: r["cache"]["hit_rate"] for k, r in zip(("first", "second", "warm", "reset"),
+                                                             (first, second, warm, reset), strict=True)})
+
+
 @pytest.mark.parametrize("variant", ["ngram", "draft"])
 def test_speculation_in_float32_passes_the_gate_and_acceptance_sources_agree(
         variant, servers, baseline_file, small_corpus, write_profile, engine_logs, tmp_path):
@@ -140,6 +187,9 @@ def test_speculation_in_float32_passes_the_gate_and_acceptance_sources_agree(
     spec = ex["speculation"]
     assert spec["required"] and spec["ran"] and spec["counter_drafts_delta"] > 0
     assert spec["requests_with_draft_activity"] > 0  # per-request stats (--per-request-spec-decode-metrics)
+    # the check empties vLLM's prefix cache before each scenario (dev mode), so none meets a warm one
+    assert {sc.get("cache_reset") for sc in ex["scenarios"].values()} == {"/reset_prefix_cache"}, ex["scenarios"]
+    assert all(sc["prefix_cache"]["hits"] == 0 for sc in ex["scenarios"].values()), ex["scenarios"]
     summary = load_json(run / "summary.json")
     assert summary["valid"], [lv["invalid"] for lv in summary["levels"].values()]
     level = summary["levels"]["4"]

@@ -27,6 +27,8 @@ ADAPTERS: dict[API, type[EngineAdapter]] = {
     "llamacpp-openai-chat": LlamaCppOpenAIChat,
 }
 CHAT_APIS = frozenset({"openai-chat", "llamacpp-openai-chat"})
+PROMPT_CACHE_OFF_APIS = frozenset({"llamacpp", "llamacpp-openai-completions", "llamacpp-openai-chat"})
+"""APIs whose adapters send `cache_prompt: false` with every request: the engine's prompt cache is never used."""
 if set(ADAPTERS) != set(get_args(API)):  # pragma: no cover - a new adapter must be named in API
     raise ImportError("loadgate.engine.adapters: API and ADAPTERS name different APIs")
 
