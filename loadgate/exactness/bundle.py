@@ -53,15 +53,30 @@ def session_doc(target: Any) -> dict[str, Any]:
 
 def write_bundles(result: CheckResult, baseline: Baseline, out_dir: Path, *, fingerprint: dict[str, Any],
                   fingerprint_hash: str, session: dict[str, Any] | None = None) -> list[Path]:
+    """One bundle per distinct output that is not identical to the baseline or fails the contract:
+    sequences of one scenario and case with the same output (ids, finish reason, logprobs; a
+    prompt repeated in `repeat`) share the bundle of the first sent, which lists all their send
+    orders (`scenario.same_output_orders`)."""
     paths = []
+    first: dict[tuple[Any, ...], list[int]] = {}
+    chosen = []
     for s in result.sequences:
         if s.verdict == "identical" and s.passed:
             continue
+        out = s.observed.output()
+        key = (s.scenario, s.case_id, out.ids, out.finish_reason, out.logprobs, s.observed.decoded.error is None)
+        if key in first:
+            first[key].append(s.order)
+            continue
+        first[key] = [s.order]
+        chosen.append((s, first[key]))
+    for s, orders in chosen:
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / f"{_safe(s.scenario)}-{_safe(s.case_id)}-{s.order}.json"
         doc = {
             "format": 1, "loadgate": __version__, "case": s.case_id,
-            "scenario": {"name": s.scenario, "in_flight_when_sent": s.in_flight, "send_order": s.order},
+            "scenario": {"name": s.scenario, "in_flight_when_sent": s.in_flight, "send_order": s.order,
+                         "same_output_orders": orders},
             "verdict": s.verdict, "meets_contract": s.passed, "why": s.why,
             "contract": result.contract.words(),
             "route": s.observed.route, "api": s.observed.api, "request": s.observed.body,

@@ -27,6 +27,7 @@ from loadgate.exactness.baseline import Baseline, seq_output
 from loadgate.exactness.compare import Comparison, compare
 from loadgate.exactness.contract import Contract, Verdict, passes, verdict
 from loadgate.exactness.corpus import Case, Corpus
+from loadgate.exactness.drift import scenario_drift, unstable
 from loadgate.exactness.replay import CaseSender, Observed
 
 
@@ -55,6 +56,7 @@ class CheckResult:
     reasons: list[str] = field(default_factory=list)  # why it failed: compared tokens, speculation
     not_established: list[str] = field(default_factory=list)  # "scenario/case" whose requests kept failing
     retried: int = 0  # requests sent again after a failure
+    drift: dict[str, Any] = field(default_factory=dict)  # scenario -> drift.scenario_drift (prompts sent more than once)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -232,11 +234,24 @@ async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, cont
     spec = speculation_evidence(everything, scrape_before, after)
     spec.update({"required": bool(speculation_required), "source": speculation_source})
     result = CheckResult(contract, scenarios, sequences, spec, skipped, retried=resent)
+    for name, in_flight, _ in plans:
+        d = scenario_drift([s for s in sequences if s.scenario == name], in_flight, baseline)
+        if d is not None:
+            result.drift[name] = d
     lost = [s for s in sequences if s.observed.decoded.error is not None]
     failed = [s for s in sequences if not s.passed and s.observed.decoded.error is None]
     result.not_established = [f"{s.scenario}/{s.case_id}" for s in lost]
     if failed:
         result.reasons.append(f"{len(failed)} of {len(sequences)} sequences do not meet the contract")
+    if contract.stable:
+        for name, d in result.drift.items():
+            if n := unstable(d, logprobs=contract.tier == "bit-exact"):
+                result.reasons.append(
+                    f"not stable: in {name}, {n} of {d['prompts']} prompts gave more than one output "
+                    f"({d['differ_from_modal']} of {d['compared']} requests differ from their prompt's modal output)")
+        if not result.drift:
+            result.reasons.append("stable: true, but no scenario sent a prompt more than once: turn on "
+                                  "exactness.scenarios.repeat")
     if speculation_required and not spec["ran"] and len(lost) < len(sequences):
         result.reasons.append(
             f"speculation is on ({speculation_source}) but no request showed draft activity and the server's "

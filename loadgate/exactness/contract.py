@@ -14,6 +14,8 @@ Contracts:
   logprob-tolerance X  same ids and finish reasons, and every logprob within X nats
   near-tie-tolerant G  token-exact except at first divergences where the baseline's top-2 gap
                        was <= G nats; every such divergence is still listed
+  stable: true         on top of any tier: within each scenario, every output of a prompt equals
+                       every other (run-to-run stability; `drift`), whatever the baseline says
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class Contract:
     tier: Tier = knob("bit-exact", "the contract tier")
     tolerance: float | None = knob(None, "logprob-tolerance: largest logprob difference, nats", min=0.0)
     gap: float | None = knob(None, "near-tie-tolerant: largest baseline top-2 gap at a divergence, nats", min=0.0)
+    stable: bool = knob(False, "also require run-to-run stability: within each scenario, every output of a prompt "
+                        "has the same token ids and finish reason as every other (bit-exact: and logprob bits), "
+                        "whatever the baseline says; judged where a scenario sends a prompt more than once (repeat)")
 
     def check(self) -> list[tuple[str, str]]:
         """The tier's own setting is given, and no other tier's."""
@@ -51,6 +56,13 @@ class Contract:
 
     def words(self) -> str:
         """The contract in plain words, printed verbatim in every report."""
+        if not self.stable:
+            return self._tier_words()
+        same = "token ids, logprob bits and finish reason" if self.tier == "bit-exact" else "token ids and finish reason"
+        return (self._tier_words() + f"; and stable: within each scenario, every output of a prompt has the same "
+                f"{same} as every other")
+
+    def _tier_words(self) -> str:
         if self.tier == "bit-exact":
             return ("bit-exact: every token id, every logprob to 0 float32 ULP, and every finish reason "
                     "equal to the baseline's; positions without a real logprob value cannot pass")

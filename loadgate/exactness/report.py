@@ -12,6 +12,7 @@ from typing import Any
 from tabulate import tabulate
 
 from loadgate.exactness.check import CheckResult
+from loadgate.exactness.drift import TABLE_HEADERS, table_rows, totals_line
 
 
 def result_json(r: CheckResult) -> dict[str, Any]:
@@ -19,7 +20,9 @@ def result_json(r: CheckResult) -> dict[str, Any]:
     return {
         "passed": r.passed, "reasons": r.reasons, "not_established": r.not_established, "retried": r.retried,
         "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance,
-                                                                "gap": r.contract.gap, "words": r.contract.words()},
+                                                                "gap": r.contract.gap, "words": r.contract.words(),
+                     **({"stable": True} if r.contract.stable else {})},
+        "drift": r.drift,
         "scenarios": r.scenarios, "verdicts": r.counts(), "positions": r.positions(), "speculation": r.speculation,
         "skipped_cases": r.skipped,
         "non_identical": [{
@@ -40,12 +43,36 @@ def _tok(v: Any) -> str:
     return "end" if v is None else str(v)
 
 
+def _grouped(rows: list[list[Any]], repeated: set[str]) -> list[list[Any]]:
+    """In scenarios that repeat prompts, rows alike but for the in-flight count become one row, its
+    case marked ×N and its in-flight counts given as a range (every sequence stays counted, and
+    listed in exactness.json); other scenarios keep a row per sequence."""
+    out: list[list[Any]] = []
+    groups: dict[tuple[Any, ...], tuple[list[Any], list[str]]] = {}
+    for r in rows:
+        if r[0] not in repeated:
+            out.append(r)
+            continue
+        key = (r[0], r[1], *r[3:])
+        if key in groups:
+            groups[key][1].append(r[2])
+        else:
+            groups[key] = (r, [r[2]])
+            out.append(r)
+    for r, flights in groups.values():
+        if len(flights) > 1:
+            nums = sorted(int(str(f).split()[0]) for f in flights)
+            r[1] = f"{r[1]} ×{len(flights)}"
+            r[2] = f"{nums[0]}–{nums[-1]}" if nums[0] != nums[-1] else str(nums[0])
+    return out
+
+
 def _cache_note(scenario: dict[str, Any]) -> str:
     """', cache emptied, 0% prefix-cache hits' for a scenario of a check that recorded them (a check
     written before they were is rendered as it was)."""
     out = ""
     if "cache_reset" in scenario:
-        out += ", cache emptied" if scenario["cache_reset"] else ", cache not emptied (no route)"
+        out += ", cache emptied" if scenario["cache_reset"] else ", no cache-reset route"
     pc = scenario.get("prefix_cache")
     if pc and pc.get("hit_rate") is not None:
         out += f", {pc['hit_rate']:.0%} prefix-cache hits"
@@ -78,17 +105,27 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
         proof = (f"{s['requests_with_draft_activity']} of {s['requests']} requests showed draft activity"
                  + (f", server draft counters +{s['counter_drafts_delta']:,.0f}" if s["counter_drafts_delta"] else ""))
         lines.append(f"speculation: on ({s['source']}); {'proven: ' + proof if s['ran'] else 'NOT PROVEN: ' + proof}")
+    for name, d in (j.get("drift") or {}).items():
+        lines.append(f"run-to-run drift, {totals_line(name, d)}")
+        if d["varying"]:
+            lines.append(tabulate(table_rows(d), headers=TABLE_HEADERS, tablefmt="simple", disable_numparse=True))
+            lines.append("deviants: rK = the prompt's K-th repeat (from 0), bB/P = sent in group B of the scenario's "
+                         "in-flight count, at position P; @N = first position differing from the modal output")
+
     def flight(n: dict[str, Any]) -> str:
         at = n.get("in_flight_at_divergence")
         return str(n["in_flight"]) if at is None else f"{n['in_flight']} ({at} at it)"
 
-    rows = [[n["scenario"], n["case"], flight(n), n["verdict"] or "request failed", _tok(n["first_divergence"]),
-             f"{_tok(n['baseline_token'])} → {_tok(n['candidate_token'])}" if n["first_divergence"] is not None else "",
-             "n/a" if n["baseline_top2_gap"] is None else f"{n['baseline_top2_gap']:.4f}",
-             "n/a" if n["max_ulp"] is None else n["max_ulp"], "yes" if n["passed"] else "NO"]
-            for n in j["non_identical"]]
+    rows = _grouped([[n["scenario"], n["case"], flight(n), n["verdict"] or "request failed", _tok(n["first_divergence"]),
+                      f"{_tok(n['baseline_token'])} → {_tok(n['candidate_token'])}"
+                      if n["first_divergence"] is not None else "",
+                      "n/a" if n["baseline_top2_gap"] is None else f"{n['baseline_top2_gap']:.4f}",
+                      "n/a" if n["max_ulp"] is None else n["max_ulp"], "yes" if n["passed"] else "NO"]
+                     for n in j["non_identical"]], set(j.get("drift") or {}))
     if rows:
-        lines.append(f"\nevery non-identical sequence ({len(rows)}):")
+        lines.append(f"\nevery non-identical sequence ({len(j['non_identical'])}"
+                     + (f", in {len(rows)} rows: a repeated prompt's equal outputs share one" if len(rows) < len(j["non_identical"]) else "")
+                     + "):")
         lines.append(tabulate(rows, headers=["scenario", "case", "in flight", "verdict", "first divergence",
                                              "baseline → candidate", "baseline top-2 gap", "max ULP", "meets contract"],
                               tablefmt="simple", disable_numparse=True))

@@ -27,7 +27,7 @@ def attestation_doc(fp: dict[str, Any], fp_hash: str, corpus: Corpus, b: bl.Base
         "fingerprint_hash": fp_hash, "fingerprint": fp, "corpus_sha256": corpus.sha256, "corpus": str(corpus.path),
         "baseline_sha256": b.sha256, "baseline_fingerprint_hash": b.fingerprint_hash,
         "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance, "gap": r.contract.gap,
-                     "words": r.contract.words()},
+                     "words": r.contract.words(), **({"stable": True} if r.contract.stable else {})},
         "scenarios": r.scenarios, "verdicts": r.counts(),
     }
     doc["attestation_sha256"] = hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()

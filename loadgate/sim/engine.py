@@ -257,6 +257,8 @@ class Engine:
         if s.run_to_run_armed:
             s.run_to_run_armed = False
             flip = True
+        if flip:
+            s.flips.append(len(s.output_ids))
         return flip
 
     def _publish(self, outputs: list[tuple[Sequence, StepOutput]]) -> list[tuple[Sequence, StepOutput]]:

@@ -83,7 +83,7 @@ class Sequence:
     __slots__ = ("params", "tokenizer", "context_hash", "spec", "jitter", "run_to_run_armed",
                  "sample_seed", "output_ids", "context", "finished", "aborted", "counted",
                  "finish_reason", "stop_reason", "pending", "_decoder", "_tail", "_hold", "_step_ids",
-                 "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "_ascii", "sink")
+                 "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "_ascii", "sink", "flips")
 
     def __init__(self, params: GenParams, tokenizer: Tokenizer, context_hash: int,
                  spec: SpecStats | None = None, jitter: int = 0, run_to_run_armed: bool = False,
@@ -96,6 +96,7 @@ class Sequence:
         self.run_to_run_armed = run_to_run_armed
         self.sample_seed = sample_seed
         self.output_ids: list[int] = []
+        self.flips: list[int] = []  # output positions where the runner-up was emitted (ground truth)
         self.context: list[int] = list(params.prompt_ids)
         self.finished = False
         self.aborted = False

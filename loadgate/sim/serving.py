@@ -148,6 +148,7 @@ async def handle_generation(request: web.Request, state: SimState,
         if not seq.counted:
             state.engine.abort(seq)
         rec.finish_reason = seq.finish_reason
+        rec.flips = list(seq.flips)
         rec.end_ns = time.perf_counter_ns()
 
 

@@ -13,6 +13,8 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
   completion_tokens  output tokens written to the client (the sum of the chunks' n_tokens)
   finish_reason      "stop" | "length" | "abort" | None (rejected)
   end_ns             `perf_counter_ns()` after the last byte was written (or the stream was cut)
+  flips              output positions where a divergence knob emitted the runner-up token
+                     (`loadgate.sim.divergence`); [] for the reference output
   chunks             one `ChunkTruth` per SSE event written (or one for a whole non-stream body):
       send_ns    `perf_counter_ns()` when the bytes went to the socket (see serving.py)
       kind       "tokens" (carries output tokens), "role" (chat's first chunk), "usage" (final
@@ -60,6 +62,7 @@ class RequestTruth:
     completion_tokens: int = 0
     finish_reason: str | None = None
     end_ns: int | None = None
+    flips: list[int] = field(default_factory=list)
     _send_ns: list[int] = field(default_factory=list)
     _kinds: list[str] = field(default_factory=list)
     _counts: list[int] = field(default_factory=list)
