@@ -248,6 +248,24 @@ class Scenarios:
 
 
 @dataclass(frozen=True)
+class Protocol:
+    """Interface checks run after the scenarios (`loadgate.gate.protocol`): each says what it proved,
+    or why it does not apply to the engine."""
+
+    stream: bool = knob(True, "a streamed and a non-streamed request give the same ids, finish reason and usage")
+    stop: bool = knob(True, "a stop string ends the output before it, with finish reason 'stop'")
+    max_tokens: bool = knob(True, "max_tokens ends the output there, with finish reason 'length'")
+    tools: bool = knob(True, "a named tool_choice gives a tool call whose JSON arguments validate against its schema")
+    timeout: bool = knob(True, "a request the client gives up on leaves the server healthy")
+    cancel: bool = knob(True, "a client that disconnects mid-stream frees its slot")
+    free_within_s: float = knob(5.0, "how soon the running-requests gauge must be back to idle, seconds",
+                                exclusive_min=0.0)
+    long_max_tokens: int = knob(2048, "max_tokens of the long request the timeout and cancel checks cut short "
+                                "(at most what the engine's context leaves)", min=16)
+    client_timeout_s: float = knob(0.2, "the timeout check's client timeout, seconds", exclusive_min=0.0)
+
+
+@dataclass(frozen=True)
 class Exactness:
     """The exactness check that must pass before any speed is reported."""
 
@@ -261,6 +279,8 @@ class Exactness:
     speculation: Literal["auto", "on", "off"] = knob(
         "auto", "whether the check must prove that speculation ran: 'auto' follows the fingerprint")
     timeout_s: float = knob(600.0, "per-request timeout during the check, seconds", exclusive_min=0.0)
+    protocol: Protocol | None = knob(None, "interface checks after the scenarios: streaming, stop strings, "
+                                     "max_tokens, tool calls, timeouts, cancellation")
 
     def check(self) -> list[tuple[str, str]]:
         """A tier that reads logprobs needs them requested (near-tie-tolerant: two, for the gap)."""

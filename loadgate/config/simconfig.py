@@ -71,6 +71,9 @@ class FaultConfig:
     slow_first_byte: float = knob(
         0.0, "rate of requests whose first byte is delayed by `slow_first_byte_s`", min=0.0, max=1.0)
     slow_first_byte_s: float = knob(0.5, "delay before the first byte, seconds", min=0.0, max=3600.0)
+    ignore_disconnect: bool = knob(
+        False, "broken engine: a request whose client has gone keeps its slot and generates to max_tokens")
+    ignore_stop: bool = knob(False, "broken engine: stop strings in a request are ignored")
 
 
 @dataclass(frozen=True)

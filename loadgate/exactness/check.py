@@ -56,7 +56,19 @@ class CheckResult:
     reasons: list[str] = field(default_factory=list)  # why it failed: compared tokens, speculation
     not_established: list[str] = field(default_factory=list)  # "scenario/case" whose requests kept failing
     retried: int = 0  # requests sent again after a failure
+    protocol: list[dict[str, Any]] = field(default_factory=list)  # gate.protocol checks, as JSON
     drift: dict[str, Any] = field(default_factory=dict)  # scenario -> drift.scenario_drift (prompts sent more than once)
+
+    def add_protocol(self, checks: list[dict[str, Any]]) -> None:
+        """The protocol checks' results: a failed one fails the check, one not established leaves
+        it not established."""
+        self.protocol = checks
+        for c in checks:
+            if c["status"] == "failed":
+                self.reasons.append(f"protocol {c['name']}: {c['detail']}")
+            elif c["status"] == "not established":
+                self.not_established.append(f"protocol/{c['name']}")
+        self.passed = not self.reasons and not self.not_established
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

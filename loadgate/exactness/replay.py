@@ -9,6 +9,7 @@ the target's own API; chat cases to `/v1/chat/completions` on the same server.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,12 +58,13 @@ class CaseSender:
         self.logprobs, self.sampling = logprobs, Sampling(seed=seed)
         self.in_flight = 0
 
-    def body(self, case: Case) -> dict[str, Any]:
+    def body(self, case: Case, **changes: Any) -> dict[str, Any]:
+        """The case's request body; `changes` replace GenRequest fields (the protocol checks')."""
         t = self.targets[case.kind]
         g = GenRequest(max_tokens=case.max_tokens, prompt_text=case.prompt, messages=case.messages, tools=case.tools,
                        ignore_eos=False, stop=case.stop, logprobs=self.logprobs or None, sampling=self.sampling,
                        stream=t.adapter.ids_in_stream)
-        return t.adapter.build_body(g, self.spec.model)
+        return t.adapter.build_body(dataclasses.replace(g, **changes) if changes else g, self.spec.model)
 
     async def count_tokens(self, case: Case) -> int:
         """The prompt's token count from the engine's /tokenize (chat cases with their template);

@@ -22,7 +22,7 @@ def result_json(r: CheckResult) -> dict[str, Any]:
         "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance,
                                                                 "gap": r.contract.gap, "words": r.contract.words(),
                      **({"stable": True} if r.contract.stable else {})},
-        "drift": r.drift,
+        "drift": r.drift, "protocol": r.protocol,
         "scenarios": r.scenarios, "verdicts": r.counts(), "positions": r.positions(), "speculation": r.speculation,
         "skipped_cases": r.skipped,
         "non_identical": [{
@@ -65,6 +65,16 @@ def _grouped(rows: list[list[Any]], repeated: set[str]) -> list[list[Any]]:
             r[1] = f"{r[1]} ×{len(flights)}"
             r[2] = f"{nums[0]}–{nums[-1]}" if nums[0] != nums[-1] else str(nums[0])
     return out
+
+
+def protocol_lines(checks: list[dict[str, Any]]) -> list[str]:
+    """The protocol block: one line per check, what it proved (or its name), and what it saw."""
+    mark = {"passed": "ok", "failed": "FAILED", "not applicable": "n/a", "not established": "NOT ESTABLISHED"}
+    lines = [f"protocol: {sum(c['status'] == 'passed' for c in checks)} of {len(checks)} passed"]
+    for c in checks:
+        what = c["proved"] if c["status"] == "passed" else c["status"]
+        lines.append(f"  {mark[c['status']]:<6} {c['name']}: {what} ({c['detail']})")
+    return lines
 
 
 def _cache_note(scenario: dict[str, Any]) -> str:
@@ -137,6 +147,8 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
         if why:
             lines.append("why the failing ones fail:\n" + "\n".join(why[:20])
                          + (f"\n  … and {len(why) - 20} more" if len(why) > 20 else ""))
+    if j.get("protocol"):
+        lines += protocol_lines(j["protocol"])
     if j.get("retried"):
         lines.append(f"retried: {j['retried']} request(s) sent again after a failure (at most 2 times each)")
     if lost:

@@ -30,6 +30,11 @@ def attestation_doc(fp: dict[str, Any], fp_hash: str, corpus: Corpus, b: bl.Base
                      "words": r.contract.words(), **({"stable": True} if r.contract.stable else {})},
         "scenarios": r.scenarios, "verdicts": r.counts(),
     }
+    if r.protocol:  # what the interface checks proved (each passed or did not apply, or there is no attestation)
+        doc["protocol"] = {c["name"]: {"status": c["status"], "proved": c["proved"]} for c in r.protocol}
+    if r.drift:
+        doc["drift"] = {name: {k: d[k] for k in ("compared", "differ_from_baseline", "differ_from_modal",
+                                                  "prompts", "prompts_varying")} for name, d in r.drift.items()}
     doc["attestation_sha256"] = hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()
     return doc
 

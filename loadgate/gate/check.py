@@ -26,6 +26,7 @@ from loadgate.exactness.replay import CaseSender
 from loadgate.exactness.report import report_text, result_json
 from loadgate.gate.attestation import attestation_doc
 from loadgate.gate.fingerprint import build, fingerprint_hash, introspect
+from loadgate.gate.protocol import run_protocol
 from loadgate.jsonutil import dump_json
 from loadgate.load.target import target_spec
 
@@ -141,6 +142,11 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
                                  max_len=max_len, speculation_required=required, speculation_source=source,
                                  scrape=lambda: scrape(e.session, e.metrics_url),
                                  reset=(lambda: reset_or_none(e)) if ex.scenarios.reset_prefix_cache else None)
+        if ex.protocol is not None:
+            checks = await run_protocol(sender, e.session, corpus, ex.protocol, tag=run_dir.name,
+                                        scrape=lambda: scrape(e.session, e.metrics_url), max_len=max_len,
+                                        fingerprint=fp)
+            result.add_protocol([c.to_json() for c in checks])
     finally:
         sender.close()
     report = result_json(result)

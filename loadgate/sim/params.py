@@ -124,6 +124,8 @@ def check_model(body: dict, cfg: SimConfig) -> None:
 def _openai_common(body: dict) -> None:
     if body_field(body, "n", int, 1) != 1 or body_field(body, "best_of", int, 1) != 1:
         raise bad_request("the simulator serves n=1 only", "n")
+    if isinstance(body.get("tool_choice"), dict) or body.get("tool_choice") == "required":
+        raise bad_request("the simulator generates no tool calls: tool_choice must be 'none' or 'auto'", "tool_choice")
     if body_field(body, "echo", bool, False):
         raise bad_request("echo is not supported by the simulator", "echo")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -118,6 +119,8 @@ async def handle_generation(request: web.Request, state: SimState,
             rid = body["rid"]
         rid = rid or os.urandom(8).hex()
         job = parse(body)
+        if state.cfg.faults.ignore_stop and job.params.stop:
+            job = dataclasses.replace(job, params=dataclasses.replace(job.params, stop=()))
     except ApiError as e:
         rec = state.truth.begin(rid or f"invalid-{index}", index, request.path, False, arrival_ns)
         rec.status = e.status
@@ -145,7 +148,7 @@ async def handle_generation(request: web.Request, state: SimState,
         return await _whole(request, seq, fmt, rec, plan, headers)
     finally:
         seq.sink = None
-        if not seq.counted:
+        if not seq.counted and not state.cfg.faults.ignore_disconnect:
             state.engine.abort(seq)
         rec.finish_reason = seq.finish_reason
         rec.flips = list(seq.flips)

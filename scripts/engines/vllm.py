@@ -5,6 +5,8 @@ float32, and no speculation in bfloat16 (the planted divergence). Every server i
 
     VENV/bin/python -m vllm.entrypoints.openai.api_server --model DIR --served-model-name tiny
         --host 127.0.0.1 --port P --dtype float32|bfloat16 --max-model-len 2048 --enforce-eager
+        --enable-auto-tool-choice --tool-call-parser hermes
+        --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}'
         [--speculative-config JSON] [--per-request-spec-decode-metrics summary]
 
 with ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB), ``VLLM_SERVER_DEV_MODE=1`` and the hub switched off, waits for ``/health`` and is
@@ -37,6 +39,11 @@ SERVED_NAME = "tiny"
 MAX_MODEL_LEN = 2048
 KV_CACHE_GIB = 1
 SPEC_FLAG = "--per-request-spec-decode-metrics"
+# A named tool_choice needs a parser (loaded only with auto tool choice on). Its arguments come from
+# guided JSON of the tool's schema with no free whitespace, which a tiny random model would fill
+# max_tokens with; VLLM_ENFORCE_STRICT_TOOL_CALLING=0 keeps that path (the structural-tag path
+# ignores disable_any_whitespace).
+TOOL_CALL_PARSER = "hermes"
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,9 @@ def argv_for(v: Variant, target_dir: str, draft_dir: str | None, port: int) -> l
     """The server's command line."""
     argv = [str(venv_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", target_dir,
             "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", v.dtype, "--max-model-len", str(MAX_MODEL_LEN), "--seed", "0"]
+            "--dtype", v.dtype, "--max-model-len", str(MAX_MODEL_LEN), "--seed", "0",
+            "--enable-auto-tool-choice", "--tool-call-parser", TOOL_CALL_PARSER,
+            "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
     if v.enforce_eager:
         argv.append("--enforce-eager")
     if v.max_num_seqs is not None:
@@ -135,6 +144,7 @@ def declared_for(v: Variant, target_dir: str, draft_dir: str | None) -> dict[str
         "speculative": v.speculative, "enforce_eager": str(v.enforce_eager).lower(),
         "max_num_seqs": str(v.max_num_seqs) if v.max_num_seqs is not None else "default",
         "max_model_len": str(MAX_MODEL_LEN), "kv_cache_space_gib": str(KV_CACHE_GIB),
+        "tool_call_parser": TOOL_CALL_PARSER, "structured_outputs": "disable_any_whitespace",
     }
     if v.speculative != "none":
         out["speculative_k"] = str(v.k)
@@ -152,7 +162,7 @@ def server_env() -> dict[str, str]:
     serves ``POST /reset_prefix_cache`` (loadgate empties the prefix cache through it)."""
     return {"VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false",
-            "VLLM_SERVER_DEV_MODE": "1"}
+            "VLLM_SERVER_DEV_MODE": "1", "VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}
 
 
 def make_server(v: Variant | str, models: dict[str, str], *, log_dir: Path | None = None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import re
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 import llama  # noqa: E402  (scripts/engines is on sys.path: tests/engines/conftest.py)
 import orjson
 import pytest
+import yaml
 
 from loadgate.analysis.summary import snapshot_from_json
 from loadgate.cli import main
@@ -423,3 +425,73 @@ def test_v1_chat_builds_its_text_prompts_from_the_servers_own_tokenizer(draft, b
     assert meta["token_pool"]["size"] >= 20
     summary = load_json(work / "out" / "v1-chat-run" / "summary.json")
     assert summary["levels"]["1"]["succeeded"] == MEASURED and summary["levels"]["1"]["failed"] == 0
+
+
+REPEATS = 80  # 8 of each of the 10 cases, 4 in flight
+
+
+@pytest.fixture(scope="module")
+def bf16_slots4(binary: Path, files: dict[str, Path], engine_logs: Path, work: Path, corpus: Corpus,
+                baseline: dict[str, Any], profile_for: Callable[..., Path]) -> Iterator[dict[str, Any]]:
+    """bfloat16 on 4 slots (f32 is exact on CPU whatever the batch; bf16 is not): `loadgate check`
+    repeating the corpus 4 in flight, with every protocol check, against the f32 baseline; and
+    each case's plain solo `/completion` ids on the same server."""
+    with llama.server(config(files, dtype="bf16", slots=4), binary=binary, log_dir=engine_logs) as s:
+        p = profile_for("bf16-drift", s, baseline=baseline["path"],
+                        scenarios={"solo": False, "repeat": REPEATS, "repeat_batch": 4})
+        doc = yaml.safe_load(p.read_text())
+        doc["exactness"]["protocol"] = {}
+        p.write_text(yaml.safe_dump(doc, sort_keys=False))
+        code, out = cli("check", str(p))
+        yield {"code": code, "out": out, "report": load_json(work / "out" / "bf16-drift" / "exactness.json"),
+               "plain": plain_ids(s, corpus)}
+
+
+def test_a_drift_table_from_repeats_on_bf16_with_four_slots(bf16_slots4, baseline):
+    """The drift table separates what differs from the f32 baseline (the planted bf16 divergence,
+    in every repeat of the prompts it touches) from what differs between repeats of one prompt."""
+    r = bf16_slots4["report"]
+    (name, d), = r["drift"].items()
+    assert name == f"repeat:{REPEATS}x4" and d["compared"] == REPEATS and d["prompts"] == len(CASES)
+    assert f"run-to-run drift, {name}: {d['differ_from_baseline']} of {REPEATS} differ from the baseline" in \
+        bf16_slots4["out"]
+    # prompts whose solo bf16 answer differs from f32 differ in each of their repeats, give or take
+    # the repeats that left their prompt's modal output
+    solo_differs = [c for c, ids in bf16_slots4["plain"].items() if ids != baseline["ids"][c]]
+    assert solo_differs, "bf16 gave the f32 tokens on every case: the planted divergence is gone"
+    expected = len(solo_differs) * (REPEATS // len(CASES))
+    assert abs(d["differ_from_baseline"] - expected) <= d["differ_from_modal"], (d, expected)
+    # batching on 4 slots moves bf16 logprobs run to run (other matrix shapes), each such output listed
+    assert d["prompts_varying_with_logprobs"] >= d["prompts_varying"]
+    for p in d["varying"]:
+        assert sum(v["count"] for v in p["versions"]) == p["requests"] == REPEATS // len(CASES)
+        assert p["distinct_with_logprobs"] >= p["distinct_outputs"] >= 1
+    bundles = list((Path(r["bundles"][0]).parent).glob("*.json")) if r["bundles"] else []
+    assert len(bundles) == len(r["bundles"]) <= len(r["non_identical"])
+
+
+def _protocol(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in run["report"]["protocol"]}
+
+
+def test_llama_server_streams_what_it_answers_whole(bf16_slots4):
+    c = _protocol(bf16_slots4)["stream"]
+    assert c["status"] == "passed" and "the same 32 ids, finish reason 'length'" in c["detail"], c
+
+
+def test_llama_server_honours_stop_strings_and_max_tokens(bf16_slots4):
+    checks = _protocol(bf16_slots4)
+    assert checks["stop"]["status"] == "passed" and "finish 'stop'" in checks["stop"]["detail"], checks["stop"]
+    assert checks["max_tokens"]["status"] == "passed", checks["max_tokens"]
+
+
+def test_llama_server_frees_the_slot_of_a_client_that_left(bf16_slots4):
+    """Read on /metrics (`llamacpp:requests_processing`, `tokens_predicted_total`): the slot is idle
+    again within the bound and the request stopped well short of its max_tokens."""
+    checks = _protocol(bf16_slots4)
+    for name in ("cancel", "timeout"):
+        assert checks[name]["status"] == "passed", checks[name]
+        got, asked = (int(x) for x in re.search(r"(\d+) of the (\d+) tokens asked", checks[name]["detail"]).groups())
+        assert got < asked, checks[name]
+    tools = checks["tools"]  # the test server runs without --jinja: it says so in /props
+    assert tools["status"] == "not applicable" and "chat_template_caps" in tools["detail"], tools

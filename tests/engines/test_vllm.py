@@ -14,6 +14,7 @@ Run with `python -m pytest -q -m engine tests/engines/test_vllm.py` after
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,8 +139,8 @@ def test_runs_of_one_profile_meet_a_cold_prefix_cache_and_a_reset_clears_a_warm_
         servers, baseline_file, small_corpus, write_profile, engine_logs):
     """vLLM caches prompt prefixes by default (128-token blocks here: of a 256-token prompt at most
     the first block can hit). Two runs of one profile draw their own prompts (`cache: fresh`), so the
-    second meets a cold cache: hit rate 0 from /metrics and a TTFT p50 not lowered by it. Sending
-    the second run's prompts again (its salt) hits half of every prompt and lowers TTFT; with
+    second meets a cold cache: 0 hits by vLLM's own counters, so nothing of its TTFT is the cache's.
+    Sending the second run's prompts again (its salt) hits half of every prompt; with
     `load.reset_prefix_cache` (POST /reset_prefix_cache, dev mode) the same prompts meet it empty."""
     srv = servers.get("plain")
     p = write_profile("vllm-cache", srv.url, srv.info["declared"], small_corpus)
@@ -158,14 +159,55 @@ def test_runs_of_one_profile_meet_a_cold_prefix_cache_and_a_reset_clears_a_warm_
         assert r["cache"]["queries"] >= 12 * 256, r
     assert first["salt"] != second["salt"]
     assert first["cache"]["hits"] == 0 and second["cache"]["hits"] == 0, (first, second)
-    assert warm["cache"]["hit_rate"] >= 0.45 and warm["ttft"] < 0.9 * second["ttft"], (second, warm)
+    assert warm["cache"]["hit_rate"] >= 0.45, (second, warm)
     assert reset["reset"] == "/reset_prefix_cache" and reset["cache"]["hits"] == 0, reset
-    assert second["ttft"] > 0.8 * first["ttft"] and reset["ttft"] > warm["ttft"], (first, second, warm, reset)
+    # (TTFT is noted, not asserted: a 128-token hit saves a few ms of the tiny model's prefill, less
+    # than two shared cores move a 12-request p50; the server's own hit counters are the evidence)
     note(engine_logs, test="prefix-cache", ttft_p50_ms={k: r["ttft"] for k, r in
                                                         zip(("first", "second", "warm", "reset"),
                                                             (first, second, warm, reset), strict=True)},
          hit_rate={k: r["cache"]["hit_rate"] for k, r in zip(("first", "second", "warm", "reset"),
                                                              (first, second, warm, reset), strict=True)})
+
+
+@pytest.fixture(scope="module")
+def plain_protocol(servers, baseline_file, small_corpus, profile_factory, tmp_path_factory) -> dict[str, Any]:
+    """`loadgate check` of the plain server against its own baseline with every protocol check."""
+    srv = servers.get("plain")
+    work = tmp_path_factory.mktemp("vllm-protocol")
+    p = profile_factory(work, "vllm-protocol", srv.url, srv.info["declared"], small_corpus,
+                        baseline=str(baseline_file), scenarios={"solo": True})
+    doc = yaml.safe_load(p.read_text())
+    doc["exactness"]["protocol"] = {}
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code = main(["check", str(p)])
+    report = load_json(work / "out" / "vllm-protocol" / "exactness.json")
+    return {"code": code, "report": report, "checks": {c["name"]: c for c in report["protocol"]}}
+
+
+def test_vllm_streams_what_it_answers_whole_and_honours_stop_and_max_tokens(plain_protocol, engine_logs):
+    checks = plain_protocol["checks"]
+    assert plain_protocol["code"] == 0, plain_protocol["report"]["reasons"]
+    for name in ("stream", "stop", "max_tokens"):
+        assert checks[name]["status"] == "passed", checks[name]
+    note(engine_logs, test="protocol", checks={n: (c["status"], c["detail"]) for n, c in checks.items()})
+
+
+def test_vllm_answers_a_named_tool_choice_with_arguments_that_validate(plain_protocol):
+    """Named tool_choice makes vLLM constrain even a tiny random model's output to the tool's
+    schema: the call parses, and its arguments validate (jsonschema)."""
+    c = plain_protocol["checks"]["tools"]
+    assert c["status"] == "passed" and "call(s) of get_weather" in c["detail"], c
+
+
+def test_vllm_frees_the_slot_of_a_client_that_left_or_timed_out(plain_protocol):
+    """On /metrics (`vllm:num_requests_running`, `generation_tokens_total`): back to idle within the
+    bound, and the request stopped short of its max_tokens."""
+    for name in ("cancel", "timeout"):
+        c = plain_protocol["checks"][name]
+        assert c["status"] == "passed", c
+        got, asked = (int(x) for x in re.search(r"(\d+) of the (\d+) tokens asked", c["detail"]).groups())
+        assert got < asked, c
 
 
 @pytest.mark.parametrize("variant", ["ngram", "draft"])

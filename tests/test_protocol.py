@@ -1,0 +1,85 @@
+"""Protocol checks (`exactness.protocol`) against the simulator, and against it broken on purpose.
+
+The simulator streams and answers whole alike, honours stop strings and max_tokens, aborts a
+request whose client went away, and refuses a named tool_choice (it generates no tool calls), so
+on it every check passes except tools, which does not apply. Its broken knobs
+(`faults.ignore_stop`, `faults.ignore_disconnect`) make the stop, timeout and cancel checks fail
+with the reason, and the exactness check with them (exit 10).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loadgate.cli import main
+from loadgate.jsonutil import load_json
+from tests.profiles import LAX_HEALTH
+
+SIM = {"decode_step_us": 1000, "decode_us_per_seq": 5, "prefill_us_per_token": 0.5}
+
+
+def _check(tmp: Path, faults: dict[str, Any] | None = None, protocol: dict[str, Any] | None = None
+           ) -> tuple[int, dict[str, Any], dict[str, dict[str, Any]]]:
+    doc = {"name": "proto", "target": {"endpoint": "embedded", "sim": {**SIM, "faults": faults or {}}},
+           "workload": {"requests": 4, "input_len": {"dist": "fixed", "value": 8},
+                        "output_len": {"dist": "fixed", "value": 4}},
+           "load": {"concurrency": 1},
+           "exactness": {"baseline": "sim-reference", "scenarios": {"solo": True}, "protocol": protocol or {}},
+           "health": LAX_HEALTH, "output": {"dir": str(tmp / "out"), "run_id": "p"}}
+    p = tmp / "p.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    code = main(["check", str(p)])
+    ex = load_json(tmp / "out" / "p" / "exactness.json")
+    return code, ex, {c["name"]: c for c in ex["protocol"]}
+
+
+def test_every_protocol_check_passes_on_the_simulator_and_tools_do_not_apply(tmp_path, capsys):
+    code, ex, checks = _check(tmp_path)
+    assert code == 0 and ex["passed"], ex["reasons"]
+    assert list(checks) == ["stream", "max_tokens", "stop", "tools", "timeout", "cancel"]
+    assert {n: c["status"] for n, c in checks.items()} == {
+        "stream": "passed", "max_tokens": "passed", "stop": "passed", "tools": "not applicable",
+        "timeout": "passed", "cancel": "passed"}
+    assert "refused a named tool_choice (HTTP 400)" in checks["tools"]["detail"]
+    assert "the same 32 ids, finish reason 'length'" in checks["stream"]["detail"]
+    # the slot was freed long before the 2,048 tokens asked for (1 ms a token here)
+    got, asked = (int(x) for x in re.search(r"(\d+) of the (\d+) tokens asked", checks["cancel"]["detail"]).groups())
+    assert asked == 2048 and got < 200, checks["cancel"]
+    att = load_json(tmp_path / "out" / "p" / "attestation.json")
+    assert att["protocol"]["cancel"]["status"] == "passed" and att["protocol"]["tools"]["status"] == "not applicable"
+    out = capsys.readouterr().out
+    assert "protocol: 5 of 6 passed" in out and "n/a    tools: not applicable" in out
+
+
+def test_an_engine_that_keeps_generating_for_a_client_that_left_fails_timeout_and_cancel(tmp_path, capsys):
+    code, ex, checks = _check(tmp_path, {"ignore_disconnect": True},
+                              {"stream": False, "stop": False, "max_tokens": False, "tools": False,
+                               "free_within_s": 0.3})
+    assert code == 10 and not ex["passed"]
+    assert set(checks) == {"timeout", "cancel"}
+    for name in ("timeout", "cancel"):
+        assert checks[name]["status"] == "failed", checks[name]
+        assert "the slot was not freed" in checks[name]["detail"]
+        assert any(r.startswith(f"protocol {name}: ") for r in ex["reasons"])
+    assert not (tmp_path / "out" / "p" / "attestation.json").exists()
+
+
+def test_an_engine_that_ignores_stop_strings_fails_the_stop_check(tmp_path):
+    code, ex, checks = _check(tmp_path, {"ignore_stop": True}, {"tools": False, "timeout": False, "cancel": False})
+    assert code == 10
+    assert checks["stop"]["status"] == "failed" and "finish reason 'length', not 'stop'" in checks["stop"]["detail"]
+    assert "(it holds the stop string)" in checks["stop"]["detail"]
+    assert checks["stream"]["status"] == "passed" and checks["max_tokens"]["status"] == "passed"
+
+
+@pytest.mark.parametrize("what", ["stream", "cancel"])
+def test_a_protocol_request_that_fails_in_transport_leaves_the_check_not_established(tmp_path, what):
+    """Every request failing (HTTP 503 after the scenarios' retries ran out would too): nothing shown."""
+    only = {k: k == what for k in ("stream", "stop", "max_tokens", "tools", "timeout", "cancel")}
+    code, ex, checks = _check(tmp_path, {"http_503": 1.0}, only)
+    assert code == 11 and checks[what]["status"] == "not established", checks
