@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from loadgate.cli import main
-from loadgate.config.simconfig import DivergenceConfig, SimConfig
+from loadgate.config.simconfig import DivergenceConfig, FaultConfig, SimConfig
 from loadgate.jsonutil import load_json
 from loadgate.sim.process import SimProcess
 from tests.profiles import LAX_HEALTH
@@ -132,3 +132,39 @@ def test_stable_fails_with_run_to_run_drift_and_passes_without_it(tmp_path, base
     assert "and stable: within each scenario" in ex["contract"]["words"]
     code, ex, _ = _check(tmp_path / "clean", baseline, {}, stable)
     assert code == 0 and ex["passed"] and ex["drift"][f"repeat:{REPEAT}x{BATCH}"]["prompts_varying"] == 0
+
+
+def test_stable_without_enough_repeats_is_not_established_and_without_repeat_a_profile_error(tmp_path, baseline):
+    """A prompt sent once shows nothing about stability: with fewer repeats than twice the cases the
+    check is not established (11), and `stable: true` without `repeat` is refused as a profile error."""
+    bl, corpus, _ = baseline
+    with SimProcess(SimConfig(near_tie_rate=0.3, **FAST)) as sim:
+        p = _profile(tmp_path, "few", sim.url, corpus, baseline=str(bl), contract={"tier": "token-exact", "stable": True})
+        doc = yaml.safe_load(p.read_text())
+        doc["exactness"]["scenarios"]["repeat"] = 12  # 8 cases: 4 of them sent once
+        p.write_text(yaml.safe_dump(doc))
+        assert main(["check", str(p)]) == 11
+        ex = load_json(tmp_path / "out" / "few" / "exactness.json")
+        assert any(x.startswith("stable/repeat:12x8: 4 of 8 prompts sent once") for x in ex["not_established"])
+        doc["exactness"]["scenarios"] = {"solo": True}
+        p.write_text(yaml.safe_dump(doc))
+        assert main(["check", str(p)]) == 2
+
+
+def test_a_retried_repeat_keeps_its_place_in_the_send_order(tmp_path, baseline):
+    """Requests that failed and were sent again keep their send order (not their place in the
+    retry batch): the drift table's repeat indices and the bundles stay one per request."""
+    bl, corpus, ids = baseline
+    with SimProcess(SimConfig(near_tie_rate=0.3, divergence=DivergenceConfig(batch_variant=True),
+                              faults=FaultConfig(http_503=0.08), **FAST)) as sim:
+        assert main(["check", str(_profile(tmp_path, "retry", sim.url, corpus, baseline=str(bl)))]) == 10
+    ex = load_json(tmp_path / "out" / "retry" / "exactness.json")
+    assert ex["retried"] > 0
+    (d,) = ex["drift"].values()
+    orders = [m["order"] for p in d["varying"] for v in p["versions"] for m in v["requests"]]
+    assert len(orders) == len(set(orders)) and all(0 <= o < REPEAT for o in orders)
+    for p in d["varying"]:
+        for v in p["versions"]:
+            assert all(ids[m["order"] % 8] == p["case"] and m["repeat"] == m["order"] // 8 for m in v["requests"])
+    names = [Path(b).name for b in ex["bundles"]]
+    assert len(names) == len(set(names))

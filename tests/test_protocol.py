@@ -83,3 +83,23 @@ def test_a_protocol_request_that_fails_in_transport_leaves_the_check_not_establi
     only = {k: k == what for k in ("stream", "stop", "max_tokens", "tools", "timeout", "cancel")}
     code, ex, checks = _check(tmp_path, {"http_503": 1.0}, only)
     assert code == 11 and checks[what]["status"] == "not established", checks
+
+
+def test_protocol_results_join_the_verdict_as_failed_or_not_established():
+    """`add_protocol`: a failed check is a reason (exit 10), one not established an item that is
+    not a lost request (exit 11, worded apart), passed and not-applicable ones change nothing."""
+    from loadgate.exactness.check import CheckResult, lost_requests
+    from loadgate.exactness.contract import Contract
+
+    def result(statuses: list[str]) -> CheckResult:
+        r = CheckResult(Contract(), {}, [], {}, [])
+        r.add_protocol([{"name": f"c{k}", "status": s, "proved": "", "detail": "seen"} for k, s in enumerate(statuses)])
+        return r
+
+    ok = result(["passed", "not applicable"])
+    assert ok.passed and not ok.reasons and not ok.not_established
+    bad = result(["passed", "failed"])
+    assert not bad.passed and bad.reasons == ["protocol c1: seen"]
+    lost = result(["not established", "passed"])
+    assert not lost.passed and not lost.reasons and lost.not_established == ["protocol/c0"]
+    assert lost_requests(lost.not_established + ["solo/a"]) == ["solo/a"]

@@ -266,6 +266,25 @@ class Protocol:
 
 
 @dataclass(frozen=True)
+class SamplingContract:
+    """Contracts for sampled outputs (`loadgate.exactness.sampling`), checked after the scenarios."""
+
+    temperature: float = knob(0.8, "the sampling temperature both contracts use", exclusive_min=0.0)
+    seeded_replay: bool = knob(True, "seeded-replay: each case sampled with a fixed seed, sent twice, gives the "
+                               "same ids (where the engine takes per-request seeds)")
+    replay_cases: int = knob(8, "seeded-replay: how many short cases", min=1)
+    replays: int = knob(2, "seeded-replay: how many times each case is sent with its seed (all must agree)", min=2)
+    distribution_preserving: bool = knob(
+        False, "distribution-preserving: at fixed prefixes, the candidate's sampled tokens follow the "
+        "baseline's distribution (chi-square per prefix, Holm-corrected); the baseline file must hold "
+        "samples (`loadgate baseline` with this section)")
+    alpha: float = knob(0.01, "distribution-preserving: family-wise significance level", exclusive_min=0.0, max=0.5)
+    samples: int = knob(300, "distribution-preserving: seeded samples per prefix and side", min=20)
+    prefixes: int = knob(2, "distribution-preserving: how many short completion cases serve as prefixes", min=1)
+    concurrency: int = knob(8, "sample requests in flight", min=1)
+
+
+@dataclass(frozen=True)
 class Exactness:
     """The exactness check that must pass before any speed is reported."""
 
@@ -281,6 +300,8 @@ class Exactness:
     timeout_s: float = knob(600.0, "per-request timeout during the check, seconds", exclusive_min=0.0)
     protocol: Protocol | None = knob(None, "interface checks after the scenarios: streaming, stop strings, "
                                      "max_tokens, tool calls, timeouts, cancellation")
+    sampling: SamplingContract | None = knob(None, "sampling contracts after the scenarios: seeded replay, "
+                                             "distribution-preserving speculation")
 
     def check(self) -> list[tuple[str, str]]:
         """A tier that reads logprobs needs them requested (near-tie-tolerant: two, for the gap)."""
@@ -288,6 +309,9 @@ class Exactness:
         if self.logprobs < need:
             return [("logprobs", f"the {self.contract.tier!r} contract reads logprobs: needs at least {need}, "
                      f"got {self.logprobs}")]
+        if self.contract.stable and self.scenarios.repeat == 0:
+            return [("contract.stable", "judged on prompts sent more than once: set exactness.scenarios.repeat "
+                     "(at least twice the number of cases)")]
         return []
 
 

@@ -28,6 +28,19 @@ class SpeculativeConfig:
         "one value per position, the last repeats for positions beyond the list",
         min=0.0, max=1.0)
 
+    sampling_rule: Literal["rejection", "argmax"] = knob(
+        "rejection", "sampled requests (temperature > 0): how a verify step accepts a draft token x drawn "
+        "from the draft distribution q: 'rejection' (the standard rule, which preserves the target's "
+        "distribution p: accept with probability min(1, p(x)/q(x)), else draw from max(0, p - q) "
+        "normalised) or 'argmax' (a wrong rule: accept x only if it is p's argmax, else draw from p)")
+    wrong_rule_rate: float = knob(
+        1.0, "with sampling_rule 'argmax': the share of draft positions judged by it (the others by "
+        "the rejection rule), which scales its bias: at one position the emitted distribution's TV "
+        "distance from p is this share times q[a] (1 - p[a]), a the argmax", min=0.0, max=1.0)
+    draft_sharpness: float = knob(
+        1.5, "sampled requests: the draft distribution q is the target's p sharpened, q ~ p**s "
+        "(s > 1 puts more mass on the argmax than p does)", min=0.0)
+
     def check(self) -> list[tuple[str, str]]:
         """Speculation needs at least one acceptance probability (profiles and `loadgate sim` alike)."""
         if self.method != "none" and not self.acceptance:
@@ -74,6 +87,7 @@ class FaultConfig:
     ignore_disconnect: bool = knob(
         False, "broken engine: a request whose client has gone keeps its slot and generates to max_tokens")
     ignore_stop: bool = knob(False, "broken engine: stop strings in a request are ignored")
+    ignore_seed: bool = knob(False, "broken engine: per-request seeds are ignored (sampling draws afresh)")
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,9 @@ class Baseline:
 
 
 def build(observed: list[Observed], *, name: str, fingerprint: dict[str, Any], fingerprint_hash: str,
-          corpus_sha256: str, corpus_path: str) -> Baseline:
+          corpus_sha256: str, corpus_path: str, sampling: dict[str, Any] | None = None) -> Baseline:
+    """The baseline document (`sampling`: the distribution-preserving contract's samples, part of
+    its content and so of its id)."""
     failed = [o.case_id for o in observed if o.decoded.error is not None]
     no_ids = [o.case_id for o in observed if o.decoded.error is None and o.decoded.output_ids is None
               and o.decoded.text]
@@ -112,6 +114,8 @@ def build(observed: list[Observed], *, name: str, fingerprint: dict[str, Any], f
         "corpus_sha256": corpus_sha256, "corpus": corpus_path,
         "cases": {o.case_id: case_record(o) for o in observed},
     }
+    if sampling is not None:
+        doc["sampling"] = sampling
     doc["sha256"] = _content_hash(doc)
     return Baseline(None, doc)
 

@@ -17,6 +17,7 @@ still fails leaves the check *not established* (exit 11, naming the cases), neve
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,7 @@ class CheckResult:
     not_established: list[str] = field(default_factory=list)  # "scenario/case" whose requests kept failing
     retried: int = 0  # requests sent again after a failure
     protocol: list[dict[str, Any]] = field(default_factory=list)  # gate.protocol checks, as JSON
+    sampling: dict[str, Any] = field(default_factory=dict)  # gate.sampling contracts, by name
     drift: dict[str, Any] = field(default_factory=dict)  # scenario -> drift.scenario_drift (prompts sent more than once)
 
     def add_protocol(self, checks: list[dict[str, Any]]) -> None:
@@ -68,6 +70,31 @@ class CheckResult:
                 self.reasons.append(f"protocol {c['name']}: {c['detail']}")
             elif c["status"] == "not established":
                 self.not_established.append(f"protocol/{c['name']}")
+        self.passed = not self.reasons and not self.not_established
+
+    def add_sampling(self, results: dict[str, Any]) -> None:
+        """The sampling contracts' results (`seeded_replay`, `distribution_preserving`)."""
+        self.sampling = results
+        sr = results.get("seeded_replay")
+        if sr is not None:
+            if sr["differ"]:
+                first = sr["differ"][0]
+                self.reasons.append(f"seeded-replay: {len(sr['differ'])} of {sr['cases']} cases gave other ids with "
+                                    f"the same seed in {sr.get('replays', 2)} sends (first: {first['case']} at token "
+                                    f"{first['first_divergence']}; {sr['engine_seeds']})")
+            if sr["failed_requests"]:
+                self.not_established.append("sampling/seeded-replay")
+        dp = results.get("distribution_preserving")
+        if dp is not None:
+            if not dp.get("established", True):
+                self.not_established.append("sampling/distribution-preserving")
+            elif not dp["passed"]:
+                bad = [p for p in dp["prefixes"] if p["rejected"]]
+                self.reasons.append(
+                    f"distribution-preserving: {len(bad)} of {len(dp['prefixes'])} prefixes sample another "
+                    f"distribution than the baseline at temperature {dp['temperature']:g} (Holm, alpha "
+                    f"{dp['alpha']:g}; first: {bad[0]['case']}, p = {bad[0]['p_value']:.2g}, observed TV "
+                    f"{bad[0]['observed_tv']:.3f})")
         self.passed = not self.reasons and not self.not_established
 
     def counts(self) -> dict[str, int]:
@@ -187,6 +214,13 @@ def mark_in_flight_at_divergence(judged: list[SeqResult], observed: list[Observe
 
 
 RETRIES = 2  # a failed request is sent again at most this many times
+SHOWN_BY_NOTHING = ("protocol/", "sampling/", "stable/")  # not-established items that are not lost requests
+
+
+def lost_requests(items: list[str]) -> list[str]:
+    """The not-established items that are requests failed in transport ("scenario/case"), as
+    opposed to checks that showed nothing (protocol, sampling, stability)."""
+    return [x for x in items if not x.startswith(SHOWN_BY_NOTHING)]
 
 
 async def _send_with_retries(sender: CaseSender, cases: list[Case], in_flight: int, tag: str
@@ -207,7 +241,7 @@ async def _send_with_retries(sender: CaseSender, cases: list[Case], in_flight: i
         again = await sender.send_all([cases[k] for k in bad] + pad, in_flight, f"{tag}-retry{attempt}")
         resent += len(bad)
         for k, o in zip(bad, again[:len(bad)], strict=True):
-            observed[k] = o
+            observed[k] = dataclasses.replace(o, order=k)  # its place in the scenario's send order
     return observed, resent
 
 
@@ -261,9 +295,12 @@ async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, cont
                 result.reasons.append(
                     f"not stable: in {name}, {n} of {d['prompts']} prompts gave more than one output "
                     f"({d['differ_from_modal']} of {d['compared']} requests differ from their prompt's modal output)")
+            if d["sent_once"]:  # stability is not shown for a prompt sent once
+                result.not_established.append(f"stable/{name}: {d['sent_once']} of {d['prompts']} prompts sent once "
+                                              "(repeat at least twice the number of cases)")
         if not result.drift:
-            result.reasons.append("stable: true, but no scenario sent a prompt more than once: turn on "
-                                  "exactness.scenarios.repeat")
+            result.not_established.append("stable/no scenario sent a prompt more than once (exactness.scenarios.repeat "
+                                           "at least twice the number of cases)")
     if speculation_required and not spec["ran"] and len(lost) < len(sequences):
         result.reasons.append(
             f"speculation is on ({speculation_source}) but no request showed draft activity and the server's "

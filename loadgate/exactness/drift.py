@@ -91,6 +91,7 @@ def scenario_drift(sequences: Sequence[Any], in_flight: int, baseline: Baseline)
                               "first_divergence_from_modal": None if v is modal else first_difference(modal.ids, v.ids),
                               "requests": v.members} for v in ordered]})
     return {"requests": len(sequences), "failed": failed, "compared": compared, "prompts": len(sent),
+            "sent_once": sum(1 for n in sent.values() if n < 2),
             "differ_from_baseline": differ_base, "differ_from_modal": differ_modal,
             "prompts_varying": sum(1 for p in prompts if p["distinct_outputs"] > 1),
             "prompts_varying_with_logprobs": len(prompts), "varying": prompts}

@@ -6,12 +6,14 @@ its scenario and first divergence, however good the pass rate.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
+import orjson
 from tabulate import tabulate
 
-from loadgate.exactness.check import CheckResult
+from loadgate.exactness.check import CheckResult, lost_requests
 from loadgate.exactness.drift import TABLE_HEADERS, table_rows, totals_line
 
 
@@ -22,7 +24,7 @@ def result_json(r: CheckResult) -> dict[str, Any]:
         "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance,
                                                                 "gap": r.contract.gap, "words": r.contract.words(),
                      **({"stable": True} if r.contract.stable else {})},
-        "drift": r.drift, "protocol": r.protocol,
+        "drift": r.drift, "protocol": r.protocol, "sampling": r.sampling,
         "scenarios": r.scenarios, "verdicts": r.counts(), "positions": r.positions(), "speculation": r.speculation,
         "skipped_cases": r.skipped,
         "non_identical": [{
@@ -35,25 +37,34 @@ def result_json(r: CheckResult) -> dict[str, Any]:
             "baseline_top2_gap": None if s.comparison is None else s.comparison.base_gap,
             "max_ulp": None if s.comparison is None else s.comparison.max_ulp,
             "ids_only_positions": None if s.comparison is None else s.comparison.ids_only_positions,
+            "output_sha256": _output_sha(s),
         } for s in r.sequences if s.verdict != "identical" or not s.passed],
     }
+
+
+def _output_sha(s: Any) -> str:
+    """A short hash of a sequence's whole output (ids, finish reason, logprobs): equal outputs of a
+    repeated prompt share it, so the report folds only what is really the same."""
+    out = s.observed.output()
+    return hashlib.sha256(orjson.dumps([list(out.ids), out.finish_reason, list(out.logprobs or ())])).hexdigest()[:16]
 
 
 def _tok(v: Any) -> str:
     return "end" if v is None else str(v)
 
 
-def _grouped(rows: list[list[Any]], repeated: set[str]) -> list[list[Any]]:
-    """In scenarios that repeat prompts, rows alike but for the in-flight count become one row, its
+def _grouped(rows: list[list[Any]], repeated: set[str], outputs: list[Any]) -> list[list[Any]]:
+    """In scenarios that repeat prompts, rows of one output (`outputs`: their hashes) alike but for
+    the in-flight count become one row, its
     case marked ×N and its in-flight counts given as a range (every sequence stays counted, and
     listed in exactness.json); other scenarios keep a row per sequence."""
     out: list[list[Any]] = []
     groups: dict[tuple[Any, ...], tuple[list[Any], list[str]]] = {}
-    for r in rows:
+    for r, output in zip(rows, outputs, strict=True):
         if r[0] not in repeated:
             out.append(r)
             continue
-        key = (r[0], r[1], *r[3:])
+        key = (r[0], r[1], output, *r[3:])
         if key in groups:
             groups[key][1].append(r[2])
         else:
@@ -77,12 +88,47 @@ def protocol_lines(checks: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def sampling_lines(s: dict[str, Any]) -> list[str]:
+    """The sampling contracts' block: seeded replay, and the distribution test with its power."""
+    lines = []
+    sr = s.get("seeded_replay")
+    if sr is not None:
+        state = "passed" if sr["passed"] else "NOT ESTABLISHED" if sr["failed_requests"] and not sr["differ"] else "FAILED"
+        lines.append(f"seeded-replay at temperature {sr['temperature']:g}: {state}: {sr['cases'] - len(sr['differ'])} "
+                     f"of {sr['cases']} cases gave the same ids in all {sr.get('replays', 2)} sends with their seed "
+                     f"({sr['engine_seeds']})")
+        for d in sr["differ"][:8]:
+            lines.append(f"  {d['case']}: {d.get('versions', 2)} outputs in {sr.get('replays', 2)} sends, first "
+                         f"divergence at token {d['first_divergence']}")
+    dp = s.get("distribution_preserving")
+    if dp is not None and dp.get("prefixes") is None:
+        lines.append(f"distribution-preserving: NOT ESTABLISHED: {dp.get('reason')}")
+    elif dp is not None:
+        state = "passed" if dp["passed"] else "FAILED"
+        if not dp.get("established", True):
+            state = "NOT ESTABLISHED"
+        share = dp.get("verify_share")
+        lines.append(
+            f"distribution-preserving at temperature {dp['temperature']:g}, alpha {dp['alpha']:g} (Holm over "
+            f"{len(dp['prefixes'])} prefixes): {state}; {dp['samples']} samples a side per prefix detect any "
+            f"difference of total-variation distance >= {dp['detectable_tv']:.3f} with probability >= 0.8"
+            + ("" if share is None else f"; {share:.0%} of the candidate's samples came through a verify step "
+               "(draft activity), at least, per prefix"))
+        for p in dp["prefixes"]:
+            lines.append(f"  {p['case']}: p = {p['p_value']:.3g}{' REJECTED' if p['rejected'] else ''}, "
+                         f"observed TV {p['observed_tv']:.3f} over {len(p['categories'])} categories (chi-square "
+                         f"{p['statistic']:.1f}, df {p['df']})")
+    return lines
+
+
 def _cache_note(scenario: dict[str, Any]) -> str:
     """', cache emptied, 0% prefix-cache hits' for a scenario of a check that recorded them (a check
     written before they were is rendered as it was)."""
     out = ""
     if "cache_reset" in scenario:
-        out += ", cache emptied" if scenario["cache_reset"] else ", no cache-reset route"
+        reset = scenario["cache_reset"]
+        out += (", no cache-reset route" if not reset else ", prompt cache off" if str(reset).startswith("cache_prompt")
+                else ", cache emptied")
     pc = scenario.get("prefix_cache")
     if pc and pc.get("hit_rate") is not None:
         out += f", {pc['hit_rate']:.0%} prefix-cache hits"
@@ -131,7 +177,8 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
                       if n["first_divergence"] is not None else "",
                       "n/a" if n["baseline_top2_gap"] is None else f"{n['baseline_top2_gap']:.4f}",
                       "n/a" if n["max_ulp"] is None else n["max_ulp"], "yes" if n["passed"] else "NO"]
-                     for n in j["non_identical"]], set(j.get("drift") or {}))
+                     for n in j["non_identical"]], set(j.get("drift") or {}),
+                    [n.get("output_sha256") for n in j["non_identical"]])
     if rows:
         lines.append(f"\nevery non-identical sequence ({len(j['non_identical'])}"
                      + (f", in {len(rows)} rows: a repeated prompt's equal outputs share one" if len(rows) < len(j["non_identical"]) else "")
@@ -149,11 +196,17 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
                          + (f"\n  … and {len(why) - 20} more" if len(why) > 20 else ""))
     if j.get("protocol"):
         lines += protocol_lines(j["protocol"])
+    if j.get("sampling"):
+        lines += sampling_lines(j["sampling"])
     if j.get("retried"):
         lines.append(f"retried: {j['retried']} request(s) sent again after a failure (at most 2 times each)")
     if lost:
-        lines.append(f"NOT ESTABLISHED: {len(lost)} request(s) still failed after 2 retries, so nothing was "
-                     f"compared for them: {', '.join(lost[:8])}{' …' if len(lost) > 8 else ''}")
+        requests = lost_requests(lost)
+        if requests:
+            lines.append(f"NOT ESTABLISHED: {len(requests)} request(s) still failed after 2 retries, so nothing was "
+                         f"compared for them: {', '.join(requests[:8])}{' …' if len(requests) > 8 else ''}")
+        for item in (x for x in lost if x not in requests):
+            lines.append(f"NOT ESTABLISHED: {item}")
     for reason in j["reasons"]:
         lines.append(f"FAILED: {reason}")
     return "\n".join(lines)

@@ -32,6 +32,10 @@ def attestation_doc(fp: dict[str, Any], fp_hash: str, corpus: Corpus, b: bl.Base
     }
     if r.protocol:  # what the interface checks proved (each passed or did not apply, or there is no attestation)
         doc["protocol"] = {c["name"]: {"status": c["status"], "proved": c["proved"]} for c in r.protocol}
+    if r.sampling:  # which sampling contracts held, and what the distribution test could detect
+        doc["sampling"] = {k: {"passed": v.get("passed"), **({"detectable_tv": v["detectable_tv"]}
+                                                             if "detectable_tv" in v else {})}
+                           for k, v in r.sampling.items()}
     if r.drift:
         doc["drift"] = {name: {k: d[k] for k in ("compared", "differ_from_baseline", "differ_from_modal",
                                                   "prompts", "prompts_varying")} for name, d in r.drift.items()}

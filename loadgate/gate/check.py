@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from loadgate.config.profile import Exactness, Profile
+from loadgate.config.profile import Exactness, Profile, SamplingContract
 from loadgate.engine.adapters.base import Sampling
 from loadgate.engine.connect import Engine, open_engine, reference_target
 from loadgate.engine.http import empty_prefix_cache
@@ -27,6 +27,7 @@ from loadgate.exactness.report import report_text, result_json
 from loadgate.gate.attestation import attestation_doc
 from loadgate.gate.fingerprint import build, fingerprint_hash, introspect
 from loadgate.gate.protocol import run_protocol
+from loadgate.gate.sampling import baseline_samples, distribution_preserving, seed_claim, seeded_replay
 from loadgate.jsonutil import dump_json
 from loadgate.load.target import target_spec
 
@@ -62,16 +63,31 @@ def sender_for(e: Engine, ex: Exactness) -> CaseSender:
 
 
 async def capture(e: Engine, corpus: Corpus, name: str) -> bl.Baseline:
-    """Replay the corpus solo on `e` (long cases included) and build a baseline from it."""
+    """Replay the corpus solo on `e` (long cases included) and build a baseline from it; with
+    `exactness.sampling.distribution_preserving`, the baseline's samples too."""
     ex = exactness_of(e.profile)
     doc, h = await fingerprint_of(e)
     sender = sender_for(e, ex)
     try:
         observed = await sender.send_all(list(corpus.cases), 1, f"baseline-{name}")
+        samples = (await baseline_samples(sender, corpus, ex.sampling, f"baseline-{name}-samples")
+                   if ex.sampling is not None and ex.sampling.distribution_preserving else None)
     finally:
         sender.close()
     return bl.build(observed, name=name, fingerprint=doc, fingerprint_hash=h, corpus_sha256=corpus.sha256,
-                    corpus_path=str(corpus.path))
+                    corpus_path=str(corpus.path), sampling=samples)
+
+
+async def sampling_contracts(sender: CaseSender, corpus: Corpus, cfg: SamplingContract, b: bl.Baseline,
+                             fp: dict[str, Any], tag: str) -> dict[str, Any]:
+    """The sampling contracts the profile asks for, against the candidate behind `sender`."""
+    out: dict[str, Any] = {}
+    if cfg.seeded_replay:
+        out["seeded_replay"] = await seeded_replay(sender, corpus, cfg, tag, seed_claim(fp))
+    if cfg.distribution_preserving:
+        out["distribution_preserving"] = await distribution_preserving(sender, corpus, cfg, b.doc.get("sampling"),
+                                                                       f"{tag}-samples")
+    return out
 
 
 async def resolve_baseline(profile: Profile, corpus: Corpus) -> bl.Baseline:
@@ -147,6 +163,8 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
                                         scrape=lambda: scrape(e.session, e.metrics_url), max_len=max_len,
                                         fingerprint=fp)
             result.add_protocol([c.to_json() for c in checks])
+        if ex.sampling is not None:
+            result.add_sampling(await sampling_contracts(sender, corpus, ex.sampling, b, fp, run_dir.name))
     finally:
         sender.close()
     report = result_json(result)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from loadgate.engine.connect import Engine
 from loadgate.errors import ExactnessFailed, ExactnessNotEstablished
-from loadgate.exactness.check import RETRIES
+from loadgate.exactness.check import RETRIES, lost_requests
 from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.check import CheckOutcome, check_engine, check_text, fingerprint_of
 from loadgate.gate.fingerprint import describe_diff, diff
@@ -63,10 +63,15 @@ def raise_if_failed(o: CheckOutcome) -> None:
         return
     if o.result.reasons:
         raise ExactnessFailed("exactness failed: " + "; ".join(o.result.reasons) + " (see the report above)")
-    lost = o.result.not_established
-    raise ExactnessNotEstablished(
-        f"exactness not established: {len(lost)} request(s) of the check failed in transport after "
-        f"{RETRIES} retries ({', '.join(lost[:5])}{' …' if len(lost) > 5 else ''}); nothing was compared for them")
+    lost = lost_requests(o.result.not_established)
+    own = [x for x in o.result.not_established if x not in lost]
+    parts = []
+    if lost:
+        parts.append(f"{len(lost)} request(s) of the check failed in transport after {RETRIES} retries "
+                     f"({', '.join(lost[:5])}{' …' if len(lost) > 5 else ''}); nothing was compared for them")
+    if own:
+        parts.append("shown by nothing: " + "; ".join(own[:5]) + " (see the report above)")
+    raise ExactnessNotEstablished("exactness not established: " + "; ".join(parts))
 
 
 @contextlib.asynccontextmanager

@@ -38,7 +38,8 @@ from loadgate.sim.hashing import hash_ints, unit
 from loadgate.sim.metrics import EngineCounters, Gauges
 from loadgate.sim.model import WINDOW, SimModel, roll_hash
 from loadgate.sim.sequence import GenParams, Sequence, StepOutput
-from loadgate.sim.speculative import SpecStats, draw_accepted
+from loadgate.sim.speculative import SpecStats, draft_probs, draw_accepted, verify_position
+from loadgate.sim.speculative import draw as draw_index
 
 _log = logging.getLogger(__name__)
 
@@ -105,7 +106,9 @@ class Engine:
 
     def submit(self, params: GenParams, index: int) -> Sequence:
         """Queue a request; `index` is the server's request counter (seeds run_to_run)."""
-        seed = params.seed if params.seed is not None else hash_ints(index, time.time_ns(), os.getpid())
+        seed = params.seed
+        if seed is None or self.cfg.faults.ignore_seed:
+            seed = hash_ints(index, time.time_ns(), os.getpid())
         seq = Sequence(params=params, tokenizer=self.model.tokenizer,
                        context_hash=self.model.context_hash(params.prompt_ids),
                        spec=SpecStats(self.k) if self.spec_on else None,
@@ -209,6 +212,18 @@ class Engine:
         return cost_us * 1e-6, outputs
 
     def _verify(self, seqs: list[Sequence], batch: int, outputs: list[tuple[Sequence, StepOutput]]) -> None:
+        sampled = [s for s in seqs if s.params.temperature > 0]
+        if sampled:
+            for s in sampled:
+                ke = min(self.k, s.remaining - 1)
+                accepted = self._verify_sampled(s, ke)
+                assert s.spec is not None
+                s.spec.record(ke, accepted)
+                self.counters.record_verify(ke, accepted)
+                outputs.append((s, s.end_step()))
+            seqs = [s for s in seqs if s.params.temperature <= 0]
+            if not seqs:
+                return
         k_effs = [min(self.k, s.remaining - 1) for s in seqs]
         wants = [draw_accepted(self.cfg.speculative, self.cfg.seed, s.context_hash, len(s.output_ids), ke) + 1
                  for s, ke in zip(seqs, k_effs, strict=True)]
@@ -250,6 +265,36 @@ class Engine:
                     still.append(i)
             active = still
             j += 1
+
+    def _verify_sampled(self, s: Sequence, k_eff: int) -> int:
+        """One verify step of a sampled request by real speculative sampling (see
+        `loadgate.sim.speculative`): drafts drawn from q and kept by the configured rule, a
+        rejection's resampled token, or a bonus token from p after k_eff kept drafts. Returns the
+        number of drafts kept; the emitted tokens are appended to `s`."""
+        model, spec = self.model, self.cfg.speculative
+        t = s.params.temperature
+        for m in range(k_eff + 1):
+            n = len(s.output_ids)
+            ranked, p = model.probs(s.context_hash, t)
+            u = [unit(hash_ints(s.sample_seed, n, 0x5BEC, m, j)) for j in range(4)]
+            if m == k_eff:  # every draft kept: the bonus token, from p
+                idx, kept = draw_index(p, u[2]), False
+            else:
+                idx, kept = verify_position(p, draft_probs(p, spec.draft_sharpness), spec.sampling_rule,
+                                            u[0], u[1], u[2], spec.wrong_rule_rate, u[3])
+            tok = int(ranked[idx])
+            if not self._append(s, tok, model.logprob_of(s.context_hash, tok)) or not kept:
+                return m
+        return k_eff
+
+    def _append(self, s: Sequence, tok: int, lp: float) -> bool:
+        """Append one sampled token (with the logprobs asked for); False once `s` has finished."""
+        model = self.model
+        p = s.params
+        top = model.top_logprobs(model.dists([s.context_hash]), 0, p.logprobs) if p.logprobs else None
+        ctx = s.context
+        leaving = ctx[-WINDOW] if len(ctx) >= WINDOW else model.pad
+        return not s.append_token(tok, lp, top, roll_hash(s.context_hash, leaving, tok))
 
     def _flip(self, s: Sequence, batch: int, verify: bool) -> bool:
         """Whether the near-tie token now produced for `s` is the runner-up (see divergence)."""

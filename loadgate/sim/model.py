@@ -246,6 +246,18 @@ class SimModel:
         idx = min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(cdf) - 1)
         return int(ranked[idx]), float(lps[idx])
 
+    def probs(self, h: int, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids in rank order, softmax(logits / temperature) over them) for context hash `h`:
+        the distribution `sample` draws from, in float64."""
+        scaled = self._ranked_logprobs(h).astype(np.float64) / temperature
+        w = np.exp(scaled - scaled[0])
+        return self._ranked_tokens(h), w / w.sum()
+
+    def logprob_of(self, h: int, token: int) -> float:
+        """The float32 logprob of `token` after context hash `h` (what the engine reports for it)."""
+        ranked = self._ranked_tokens(h)
+        return float(self._ranked_logprobs(h)[int(np.flatnonzero(ranked == token)[0])])
+
     def ground_truth(self, context: Sequence[int]) -> GroundTruth:
         """Argmax, runner-up, top-2 gap, near-tie flag and full log-softmax for `context`."""
         d = self.dists([self.context_hash(context)])

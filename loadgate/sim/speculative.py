@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from loadgate.config.simconfig import SpeculativeConfig
 from loadgate.sim.hashing import hash_ints, unit
 
@@ -39,6 +41,48 @@ def draw_accepted(cfg: SpeculativeConfig, seed: int, context_hash: int, n_out: i
             break
         m += 1
     return m
+
+
+def draft_probs(p: np.ndarray, sharpness: float) -> np.ndarray:
+    """The draft distribution q of a sampled request: the target's p sharpened, q ~ p**s."""
+    w = np.power(p, sharpness)
+    return w / w.sum()
+
+
+def draw(probs: np.ndarray, u: float) -> int:
+    """Index drawn from `probs` with the uniform `u` in [0, 1) (inverse CDF)."""
+    cdf = np.cumsum(probs)
+    return min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(cdf) - 1)
+
+
+def verify_position(p: np.ndarray, q: np.ndarray, rule: str, u_draft: float, u_accept: float,
+                    u_resample: float, wrong_share: float = 1.0, u_rule: float = 0.0) -> tuple[int, bool]:
+    """One draft position of a sampled verify step, over the same index space for p and q: the
+    draft x ~ q, then (index emitted, whether it was the accepted draft).
+
+    'rejection' accepts x with probability min(1, p[x] / q[x]) and otherwise draws from
+    max(0, p - q) normalised, so the emitted index is distributed exactly as p (the standard
+    speculative-sampling result). 'argmax' accepts x only if it is p's argmax, else draws from p:
+    the emitted distribution is q[a] at the argmax a plus (1 - q[a]) p, whose total-variation
+    distance from p is q[a] (1 - p[a]) (`argmax_rule_tv`). With `wrong_share` < 1 the argmax rule
+    judges a position only when `u_rule` < wrong_share, the rejection rule otherwise: the emitted
+    distribution is the mixture, wrong_share times as far from p."""
+    x = draw(q, u_draft)
+    if rule == "argmax" and u_rule < wrong_share:
+        if x == int(np.argmax(p)):
+            return x, True
+        return draw(p, u_resample), False
+    if u_accept * q[x] < p[x]:  # u < p/q without dividing (q[x] > 0: x was drawn from q)
+        return x, True
+    residual = np.maximum(p - q, 0.0)
+    return draw(residual, u_resample), False
+
+
+def argmax_rule_tv(p: np.ndarray, q: np.ndarray, wrong_share: float = 1.0) -> float:
+    """Total-variation distance from p of what the 'argmax' rule (at `wrong_share` of positions)
+    emits at one position."""
+    a = int(np.argmax(p))
+    return float(wrong_share * q[a] * (1.0 - p[a]))
 
 
 @dataclass

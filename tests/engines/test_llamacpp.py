@@ -461,11 +461,11 @@ def test_a_drift_table_from_repeats_on_bf16_with_four_slots(bf16_slots4, baselin
     assert solo_differs, "bf16 gave the f32 tokens on every case: the planted divergence is gone"
     expected = len(solo_differs) * (REPEATS // len(CASES))
     assert abs(d["differ_from_baseline"] - expected) <= d["differ_from_modal"], (d, expected)
-    # batching on 4 slots moves bf16 logprobs run to run (other matrix shapes), each such output listed
-    assert d["prompts_varying_with_logprobs"] >= d["prompts_varying"]
+    # each prompt that varies (by ids, or by logprobs only: batching on 4 slots moves bf16 logprobs
+    # with the overlap of requests, so how many do differs from run to run) accounts for its repeats
     for p in d["varying"]:
         assert sum(v["count"] for v in p["versions"]) == p["requests"] == REPEATS // len(CASES)
-        assert p["distinct_with_logprobs"] >= p["distinct_outputs"] >= 1
+        assert p["distinct_outputs"] == len(p["versions"]) and p["modal_count"] == max(v["count"] for v in p["versions"])
     bundles = list((Path(r["bundles"][0]).parent).glob("*.json")) if r["bundles"] else []
     assert len(bundles) == len(r["bundles"]) <= len(r["non_identical"])
 

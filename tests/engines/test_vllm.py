@@ -210,6 +210,92 @@ def test_vllm_frees_the_slot_of_a_client_that_left_or_timed_out(plain_protocol):
         assert got < asked, c
 
 
+# Prompts that repeat themselves, so that ngram speculation finds its n-grams and proposes drafts
+# at the sampled positions; and short cases for seeded replay.
+SAMPLING_CORPUS = [
+    {"id": "loop-abc", "kind": "completion", "max_tokens": 24,
+     "prompt": "red green blue red green blue red green blue red green blue red green"},
+    {"id": "loop-count", "kind": "completion", "max_tokens": 24,
+     "prompt": "one two three four one two three four one two three four one two three"},
+    {"id": "prose-river", "kind": "completion", "max_tokens": 24, "prompt": "The quiet river walked over the old garden"},
+    {"id": "code-def", "kind": "completion", "max_tokens": 24, "prompt": "def load_cache(data, limit):"},
+]
+REPLAYS = 10
+SAMPLING = {"temperature": 0.8, "seeded_replay": True, "replay_cases": 4, "distribution_preserving": True,
+            "samples": 600, "prefixes": 2, "concurrency": 8}
+
+
+@pytest.fixture(scope="module")
+def sampling_work(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("vllm-sampling")
+    (work / "corpus.jsonl").write_text("".join(json.dumps(c) + "\n" for c in SAMPLING_CORPUS))
+    return work
+
+
+def _sampling_profile(profile_factory, work: Path, name: str, srv: Any, baseline: str | None = None) -> Path:
+    p = profile_factory(work, name, srv.url, srv.info["declared"], work / "corpus.jsonl", baseline=baseline,
+                        scenarios={"solo": True})
+    doc = yaml.safe_load(p.read_text())
+    doc["exactness"]["sampling"] = dict(SAMPLING)
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+@pytest.fixture(scope="module")
+def sampling_baseline(servers, sampling_work, profile_factory) -> Path:
+    """`loadgate baseline` on the plain server (speculation off) with 300 seeded samples a prefix."""
+    srv = servers.get("plain")
+    p = _sampling_profile(profile_factory, sampling_work, "vllm-sampling-base", srv)
+    assert main(["baseline", str(p), "--out", str(sampling_work / "baselines")]) == 0
+    return next((sampling_work / "baselines").glob("*.json"))
+
+
+def test_a_vllm_baseline_keeps_seeded_samples_and_speculation_off_matches_itself(
+        servers, sampling_baseline, sampling_work, profile_factory, engine_logs):
+    """The control: the same server with speculation off, sampled with other seeds, passes the
+    distribution test against its own baseline samples (what the draft-model test below fails is
+    not the test's doing)."""
+    doc = load_json(sampling_baseline)["sampling"]
+    assert doc["temperature"] == 0.8 and set(doc["prefixes"]) == {"loop-abc", "loop-count"}
+    assert all(len(v["labels"]) == 600 and v["failed"] == 0 for v in doc["prefixes"].values())
+    run = _sampling_check(servers, "plain", sampling_baseline, sampling_work, profile_factory, engine_logs,
+                          replays=REPLAYS)
+    dp = run["report"]["sampling"]["distribution_preserving"]
+    assert run["code"] == 0 and dp["passed"] and dp["verify_share"] == 0.0, dp
+    assert 0.0 < dp["detectable_tv"] < 0.2  # the power at 600 samples a side (the bound: 0.13 here)
+    sr = run["report"]["sampling"]["seeded_replay"]  # without speculation a seed replays, 10 sends of 4 cases
+    assert sr["passed"] and sr["replays"] == REPLAYS and sr["engine_seeds"] == "vLLM takes a per-request seed", sr
+
+
+def _sampling_check(servers, variant, sampling_baseline, sampling_work, profile_factory, engine_logs,
+                    **sampling: Any) -> dict[str, Any]:
+    srv = servers.get(variant)
+    name = f"vllm-sampling-{variant}"
+    p = _sampling_profile(profile_factory, sampling_work, name, srv, baseline=str(sampling_baseline))
+    doc = yaml.safe_load(p.read_text())
+    doc["exactness"]["sampling"].update(sampling)
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code = main(["check", str(p)])
+    ex = load_json(sampling_work / "out" / name / "exactness.json")
+    note(engine_logs, test=f"sampling-{variant}", code=code, sampling=ex.get("sampling"))
+    return {"code": code, "report": ex}
+
+
+def test_vllm_with_ngram_speculation_does_not_replay_every_seeded_sampled_request(
+        servers, sampling_baseline, sampling_work, profile_factory, engine_logs):
+    """ngram speculation at temperature 0.8, the two repetitive cases sent 40 times each with their
+    seed, one at a time: loop-abc (where ngram drafts) gives two outputs, parting at token 12
+    (measured: 1 send in 2 to 1 in 10 differs, so 40 sends agree with probability under 2 %),
+    while the control without speculation above replays every send. vLLM takes per-request
+    seeds but does not promise reproducible online serving; the gate says where it failed."""
+    run = _sampling_check(servers, "ngram", sampling_baseline, sampling_work, profile_factory, engine_logs,
+                          distribution_preserving=False, replays=40, replay_cases=2)
+    sr = run["report"]["sampling"]["seeded_replay"]
+    assert run["code"] == 10 and not sr["passed"] and sr["cases"] == 2, sr
+    assert "loop-abc" in [d["case"] for d in sr["differ"]] and all(d["first_divergence"] > 0 for d in sr["differ"]), sr
+    assert sr["engine_seeds"] == "vLLM takes a per-request seed"
+
+
 @pytest.mark.parametrize("variant", ["ngram", "draft"])
 def test_speculation_in_float32_passes_the_gate_and_acceptance_sources_agree(
         variant, servers, baseline_file, small_corpus, write_profile, engine_logs, tmp_path):
@@ -246,6 +332,24 @@ def test_speculation_in_float32_passes_the_gate_and_acceptance_sources_agree(
     note(engine_logs, test="speculation", variant=variant, tier=tier, verdicts=ex["verdicts"],
          positions=ex["positions"], speculation=spec, per_request=per_req, counters=counters, reconciliation=rec,
          new_connections=level["new_connections"])
+
+
+def test_vllm_draft_speculation_at_temperature_0_8_does_not_sample_the_targets_distribution(
+        servers, sampling_baseline, sampling_work, profile_factory, engine_logs):
+    """Draft-model speculation (a draft at every step, so every sampled second token comes from a
+    verify step) at temperature 0.8 against the same model with speculation off, 600 samples a side
+    per prefix: this vLLM (0.32, CPU) samples another distribution (measured: both prefixes rejected
+    in 4 of 4 runs, p 4e-4 .. 1e-15, observed TV 0.04-0.15 over the first two tokens; the first
+    token alone, from prefill, matches), while the control above passes. The gate refuses it
+    (exit 10) and states its power."""
+    run = _sampling_check(servers, "draft", sampling_baseline, sampling_work, profile_factory, engine_logs,
+                          seeded_replay=False)
+    dp = run["report"]["sampling"]["distribution_preserving"]
+    assert dp["established"] and len(dp["prefixes"]) == 2 and dp["verify_share"] == 1.0, dp
+    assert run["code"] == 10 and not dp["passed"], dp
+    assert any(p["rejected"] for p in dp["prefixes"]), dp["prefixes"]
+    assert 0.0 < dp["detectable_tv"] < 0.2
+    assert any(r.startswith("distribution-preserving: ") for r in run["report"]["reasons"])
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,140 @@
+"""Sampling contracts: what can be checked when outputs are sampled, not greedy.
+
+  seeded-replay            the same request with the same seed and sampling parameters, sent
+                           again, gives the same token ids. Only where the engine takes a
+                           per-request seed (vLLM `seed`, llama.cpp `seed`, the simulator); it
+                           says nothing about another engine's or configuration's seeded output,
+                           since random-number use and operation order differ between them.
+  distribution-preserving  speculative decoding promises the target's distribution, not its
+                           draws: at fixed prefixes, many seeded samples of the first tokens from
+                           the candidate and from the baseline are tested for equal distributions.
+
+The distribution test, per prefix: each sample is the pair of the first two sampled tokens (the
+first comes from prefill and tests nothing about speculation; the second is the first that a
+verify step can produce, and the report gives the share of samples whose request shows draft
+activity). Pairs are counted on both sides; a category whose expected count is below
+`MIN_EXPECTED` on either side is pooled into one "other" category (and "other" itself, if still
+too small, into the largest category), and Pearson's chi-square test of homogeneity is applied
+to the 2 x K table. Across prefixes the p-values are Holm-corrected at `alpha`.
+
+Power, stated with every result: for a two-sample chi-square test with n1 and n2 samples, the
+noncentrality is n_eff * sum((p1 - p2)**2 / pbar) with n_eff = n1 n2 / (n1 + n2); by
+Cauchy-Schwarz that sum is at least (2 TV)**2, where TV is the total-variation distance between
+the two distributions over the pooled categories. So any difference with TV >= delta is detected
+with probability at least 0.8 when n_eff * 4 delta**2 reaches the noncentrality at which the test
+(df = K - 1, level alpha / m, Holm's strictest) has power 0.8. `detectable_tv` solves for delta.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import optimize, stats
+
+MIN_EXPECTED = 5.0
+POWER = 0.8
+OTHER = "other"
+
+
+@dataclass
+class PrefixTest:
+    """One prefix's test: the pooled table, the statistic and what this sample size can detect."""
+
+    case: str
+    categories: list[str]
+    baseline_counts: list[int]
+    candidate_counts: list[int]
+    statistic: float
+    df: int
+    p_value: float
+    detectable_tv: float  # smallest TV detected with probability >= POWER (at Holm's strictest level)
+    observed_tv: float
+    verify_share: float | None  # candidate samples whose request showed draft activity
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def pooled_table(base: Counter[str], cand: Counter[str]) -> tuple[list[str], np.ndarray]:
+    """The 2 x K table of the categories both sides can support: a category whose expected count
+    (under equal distributions) is below MIN_EXPECTED joins "other"; "other" itself, if too small,
+    joins the largest category."""
+    n1, n2 = sum(base.values()), sum(cand.values())
+    total = n1 + n2
+    keep, other = [], [0, 0]
+    for cat in sorted(set(base) | set(cand), key=lambda c: (-(base[c] + cand[c]), c)):
+        pooled = base[cat] + cand[cat]
+        if min(n1, n2) * pooled / total >= MIN_EXPECTED:
+            keep.append(cat)
+        else:
+            other[0] += base[cat]
+            other[1] += cand[cat]
+    rows = [[base[c] for c in keep], [cand[c] for c in keep]]
+    cats = list(keep)
+    if other[0] + other[1]:
+        if min(n1, n2) * (other[0] + other[1]) / total >= MIN_EXPECTED or not cats:
+            cats.append(OTHER)
+            rows[0].append(other[0])
+            rows[1].append(other[1])
+        else:  # too small to stand alone: into the largest category (which then tests less)
+            rows[0][0] += other[0]
+            rows[1][0] += other[1]
+            cats[0] = f"{cats[0]}+{OTHER}"
+    return cats, np.array(rows, dtype=np.int64)
+
+
+def detectable_tv(n1: int, n2: int, df: int, level: float, power: float = POWER) -> float:
+    """The smallest total-variation distance a chi-square test of homogeneity with these sample
+    sizes detects with probability >= `power` at `level` (see the module docstring)."""
+    if df < 1 or n1 == 0 or n2 == 0:
+        return 1.0
+    crit = stats.chi2.ppf(1.0 - level, df)
+    lam = optimize.brentq(lambda x: stats.ncx2.sf(crit, df, x) - power, 1e-9, 1e6)
+    n_eff = n1 * n2 / (n1 + n2)
+    return float(min(1.0, np.sqrt(lam / (4.0 * n_eff))))
+
+
+def prefix_test(case: str, base: Sequence[str], cand: Sequence[str], level: float,
+                verify_share: float | None) -> PrefixTest:
+    """The chi-square test of one prefix's samples (category labels), power at `level`."""
+    cats, table = pooled_table(Counter(base), Counter(cand))
+    n1, n2 = int(table[0].sum()), int(table[1].sum())
+    if table.shape[1] < 2:  # one category on both sides: nothing differs, nothing to test
+        stat, p, df = 0.0, 1.0, 0
+    else:
+        res = stats.chi2_contingency(table, correction=False)
+        stat, p, df = float(res.statistic), float(res.pvalue), int(res.dof)
+    p1, p2 = table[0] / max(n1, 1), table[1] / max(n2, 1)
+    return PrefixTest(case, cats, table[0].tolist(), table[1].tolist(), stat, df, p,
+                      detectable_tv(n1, n2, max(df, 1), level), float(0.5 * np.abs(p1 - p2).sum()), verify_share)
+
+
+def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
+    """Holm's step-down procedure: which hypotheses are rejected at family-wise level `alpha`.
+    (Four lines: no library in the project's set offers it.)"""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    rejected = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def distribution_result(tests: list[PrefixTest], alpha: float) -> dict[str, Any]:
+    """The contract's verdict over every prefix: passed when Holm rejects no prefix's equality."""
+    rejected = holm([t.p_value for t in tests], alpha)
+    shares = [t.verify_share for t in tests if t.verify_share is not None]
+    return {"passed": not any(rejected), "alpha": alpha, "prefixes": [
+        {**t.to_json(), "rejected": r} for t, r in zip(tests, rejected, strict=True)],
+        "detectable_tv": max((t.detectable_tv for t in tests), default=1.0),
+        "verify_share": min(shares) if shares else None}
+
+
+def pair_label(ids: Sequence[object]) -> str:
+    """A sample's category: its first two token ids ("12 345"; characters where the API gives no ids), or fewer if the output stopped."""
+    return " ".join(str(i) for i in ids[:2])

@@ -1,0 +1,151 @@
+"""The sampling contracts against a live engine (`exactness.sampling`; definitions and statistics
+in `loadgate.exactness.sampling`).
+
+  seeded-replay            the first `replay_cases` short cases, sampled at `temperature` with a
+                           fixed seed each, are each sent `replays` times, one request at a time
+                           (round by round); every send of a case must give the same ids (text
+                           where the API gives none)
+  distribution-preserving  at the first `prefixes` short completion cases, `samples` seeded
+                           requests of 3 tokens each on the candidate (seeds from 1,000,000 up)
+                           against as many captured on the baseline engine with other seeds
+                           (0 up, stored in the baseline file), tested per prefix and
+                           Holm-corrected; with the share of candidate samples that showed draft
+                           activity, and the smallest total-variation distance the sample size
+                           detects
+
+Many seeded requests rather than `n`: every engine takes a seed, not every one serves `n` (the
+simulator does not; vLLM and llama.cpp treat `n` differently under speculation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import orjson
+
+from loadgate.config.profile import SamplingContract
+from loadgate.engine.adapters.base import Decoded
+from loadgate.exactness.corpus import Case, Corpus
+from loadgate.exactness.replay import CaseSender
+from loadgate.exactness.sampling import distribution_result, pair_label, prefix_test
+from loadgate.load.target import decode, fetch
+
+CANDIDATE_SEED_BASE = 1_000_000  # the candidate's samples use other seeds than the baseline's
+REPLAY_SEED_BASE = 4242
+SAMPLE_TOKENS = 3  # the first token from prefill, the second the first a verify step can give
+
+
+def seed_claim(fp: dict[str, Any]) -> str:
+    """What the engine says about per-request seeds, from its fingerprint (the report states it)."""
+    eng = fp.get("engine") or {}
+    info = eng.get("server_info") or {}
+    labels = eng.get("metrics_labels") or {}
+    if "sim" in info:
+        return "the simulator takes a per-request seed"
+    if eng.get("props"):
+        return "llama.cpp takes a per-request seed"
+    if "vllm_config" in info or any(str(k).startswith("vllm:") for k in labels):
+        return "vLLM takes a per-request seed"
+    if info:
+        det = info.get("enable_deterministic_inference")
+        return ("SGLang takes a per-request sampling_seed" + ("" if det else
+                "; without --enable-deterministic-inference it does not promise to honour it"))
+    return "unknown whether the engine takes per-request seeds (tested as if it did)"
+
+
+def short_cases(corpus: Corpus, kind: str | None = None) -> list[Case]:
+    return [c for c in corpus.cases if "long" not in c.tags and (kind is None or c.kind == kind)]
+
+
+async def _send(sender: CaseSender, case: Case, rid: str, **changes: Any) -> Decoded:
+    t = sender.targets[case.kind]
+    body = sender.body(case, **changes)
+    raw = await fetch(t, orjson.dumps(body), rid)
+    return decode(t.adapter, bool(body.get("stream", True)), raw, t.spec.max_event_bytes)
+
+
+def _output(d: Decoded) -> tuple[Any, ...]:
+    return tuple(d.output_ids) if d.output_ids is not None else (d.text,)
+
+
+async def seeded_replay(sender: CaseSender, corpus: Corpus, cfg: SamplingContract, tag: str,
+                        claim: str) -> dict[str, Any]:
+    """The seeded-replay contract: each case twice with one seed (see the module docstring)."""
+    cases = short_cases(corpus)[:cfg.replay_cases]
+    outs: list[list[Decoded]] = [[] for _ in cases]
+    for rep in range(cfg.replays):  # round by round: a case's sends are apart in time, as replays are
+        for k, case in enumerate(cases):
+            sampling = dataclasses.replace(sender.sampling, temperature=cfg.temperature, seed=REPLAY_SEED_BASE + k)
+            outs[k].append(await _send(sender, case, f"{tag}-seeded-{rep}-{k}", sampling=sampling))
+    lost = [c.id for c, sends in zip(cases, outs, strict=True) if any(d.error is not None for d in sends)]
+    differ = []
+    for c, sends in zip(cases, outs, strict=True):
+        if c.id in lost:
+            continue
+        first = _output(sends[0])
+        others = [_output(d) for d in sends[1:] if _output(d) != first]
+        if others:
+            differ.append({"case": c.id, "first_divergence": min(_first_difference(first, o) for o in others),
+                           "differing_sends": len(others), "versions": len({first, *others})})
+    return {"passed": not differ and not lost and bool(cases), "temperature": cfg.temperature, "cases": len(cases),
+            "replays": cfg.replays, "differ": differ, "failed_requests": lost, "engine_seeds": claim,
+            "seeds": [REPLAY_SEED_BASE, REPLAY_SEED_BASE + len(cases) - 1] if cases else []}
+
+
+def _first_difference(a: tuple[Any, ...], b: tuple[Any, ...]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+async def draw(sender: CaseSender, case: Case, cfg: SamplingContract, seed_base: int, tag: str
+               ) -> tuple[list[str], list[bool], int]:
+    """`cfg.samples` seeded samples of `case`: (their category labels, whether each request showed
+    draft activity, how many requests failed)."""
+    sem = asyncio.Semaphore(cfg.concurrency)
+
+    async def one(i: int) -> Decoded:
+        async with sem:
+            sampling = dataclasses.replace(sender.sampling, temperature=cfg.temperature, seed=seed_base + i)
+            return await _send(sender, case, f"{tag}-{i}", sampling=sampling, max_tokens=SAMPLE_TOKENS,
+                               logprobs=None, stop=(), ignore_eos=True)
+
+    got = await asyncio.gather(*(one(i) for i in range(cfg.samples)))
+    ok = [d for d in got if d.error is None]
+    labels = [pair_label(d.output_ids if d.output_ids is not None else list(d.text)) for d in ok]
+    drafted = [bool(d.spec is not None and (d.spec.draft_tokens or 0) > 0) for d in ok]
+    return labels, drafted, len(got) - len(ok)
+
+
+async def baseline_samples(sender: CaseSender, corpus: Corpus, cfg: SamplingContract, tag: str) -> dict[str, Any]:
+    """The baseline's side of the distribution test, as the baseline file keeps it."""
+    out: dict[str, Any] = {"temperature": cfg.temperature, "seed_base": 0, "tokens": SAMPLE_TOKENS, "prefixes": {}}
+    for case in short_cases(corpus, "completion")[:cfg.prefixes]:
+        labels, _, failed = await draw(sender, case, cfg, 0, f"{tag}-{case.id}")
+        out["prefixes"][case.id] = {"labels": labels, "failed": failed}
+    return out
+
+
+async def distribution_preserving(sender: CaseSender, corpus: Corpus, cfg: SamplingContract,
+                                  base: dict[str, Any] | None, tag: str) -> dict[str, Any]:
+    """The distribution-preserving contract against the baseline's stored samples."""
+    if not base or base.get("temperature") != cfg.temperature or not base.get("prefixes"):
+        have = "none" if not base else f"temperature {base.get('temperature')}"
+        return {"passed": False, "established": False, "reason":
+                f"the baseline holds no samples at temperature {cfg.temperature} (it has {have}): capture it again "
+                "with this profile's exactness.sampling"}
+    cases = [c for c in short_cases(corpus, "completion") if c.id in base["prefixes"]][:cfg.prefixes]
+    level = cfg.alpha / max(1, len(cases))  # Holm's strictest level, for the power statement
+    tests, failed = [], 0
+    for case in cases:
+        labels, drafted, lost = await draw(sender, case, cfg, CANDIDATE_SEED_BASE, f"{tag}-{case.id}")
+        failed += lost
+        share = sum(drafted) / len(drafted) if drafted else None
+        tests.append(prefix_test(case.id, base["prefixes"][case.id]["labels"], labels, level, share))
+    out = distribution_result(tests, cfg.alpha)
+    out.update({"temperature": cfg.temperature, "samples": cfg.samples, "failed_requests": failed,
+                "established": failed == 0 and bool(tests),
+                "sampling": "many seeded requests of 3 tokens; category = the first two sampled token ids"})
+    if failed:
+        out["reason"] = f"{failed} sample request(s) failed"
+    return out

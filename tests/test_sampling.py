@@ -1,0 +1,137 @@
+"""Sampling contracts (`exactness.sampling`) against the simulator, whose sampler is known.
+
+With speculation on, the simulator samples for real: each draft is drawn from q (the target's
+p sharpened) and judged by `speculative.sampling_rule`. The standard rejection rule emits exactly
+p, so the distribution-preserving contract must pass; the argmax rule (keep a draft only if it is
+p's argmax) is biased by a computable total-variation distance, so it must fail. A seeded request
+is deterministic on the simulator unless `faults.ignore_seed` breaks it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from loadgate.cli import main
+from loadgate.exactness.sampling import detectable_tv, holm, pooled_table
+from loadgate.jsonutil import load_json
+from tests.profiles import LAX_HEALTH
+
+SIM = {"decode_step_us": 100, "decode_us_per_seq": 5, "prefill_us_per_token": 0.2}
+
+
+def _check(tmp: Path, name: str, *, spec: dict[str, Any] | None = None, faults: dict[str, Any] | None = None,
+           sampling: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], str]:
+    sim: dict[str, Any] = {**SIM, "faults": faults or {}}
+    if spec is not None:
+        sim["speculative"] = {"method": "draft_model", "k": 4, **spec}
+    doc = {"name": name, "target": {"endpoint": "embedded", "sim": sim},
+           "workload": {"requests": 4, "input_len": {"dist": "fixed", "value": 8},
+                        "output_len": {"dist": "fixed", "value": 4}},
+           "load": {"concurrency": 1},
+           "exactness": {"baseline": "sim-reference", "scenarios": {"solo": True},
+                         "sampling": sampling if sampling is not None else
+                         {"distribution_preserving": True, "samples": 300, "concurrency": 16}},
+           "health": LAX_HEALTH, "output": {"dir": str(tmp / "out"), "run_id": name}}
+    p = tmp / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    code = main(["check", str(p)])
+    return code, load_json(tmp / "out" / name / "exactness.json"), str(p)
+
+
+def test_speculative_sampling_by_the_rejection_rule_preserves_the_distribution(tmp_path, capsys):
+    code, ex, _ = _check(tmp_path, "ok", spec={"sampling_rule": "rejection"})
+    assert code == 0 and ex["passed"], ex["reasons"]
+    dp = ex["sampling"]["distribution_preserving"]
+    assert dp["passed"] and len(dp["prefixes"]) == 2 and dp["verify_share"] == 1.0  # every 2nd token from a verify step
+    assert 0.0 < dp["detectable_tv"] < 0.3
+    sr = ex["sampling"]["seeded_replay"]
+    assert sr["passed"] and sr["cases"] == 8 and "simulator takes a per-request seed" in sr["engine_seeds"]
+    out = capsys.readouterr().out
+    assert "seeded-replay at temperature 0.8: passed: 8 of 8 cases gave the same ids in all 2 sends" in out
+    assert "300 samples a side per prefix detect any difference of total-variation distance >=" in out
+    att = load_json(tmp_path / "out" / "ok" / "attestation.json")
+    assert att["sampling"]["distribution_preserving"]["passed"] is True
+
+
+def test_the_argmax_rule_is_caught_as_another_distribution(tmp_path):
+    code, ex, _ = _check(tmp_path, "bad", spec={"sampling_rule": "argmax"})
+    assert code == 10
+    dp = ex["sampling"]["distribution_preserving"]
+    assert not dp["passed"] and any(p["rejected"] for p in dp["prefixes"])
+    assert any(r.startswith("distribution-preserving: ") for r in ex["reasons"])
+    assert not (tmp_path / "out" / "bad" / "attestation.json").exists()
+
+
+def test_an_engine_that_ignores_seeds_fails_seeded_replay(tmp_path):
+    code, ex, _ = _check(tmp_path, "noseed", faults={"ignore_seed": True}, sampling={"replay_cases": 4})
+    assert code == 10
+    sr = ex["sampling"]["seeded_replay"]
+    assert not sr["passed"] and len(sr["differ"]) >= 3, sr  # 4 cases of up to 48 tokens at T 0.8
+    assert any(r.startswith("seeded-replay: ") for r in ex["reasons"])
+
+
+def test_a_baseline_without_samples_leaves_the_distribution_not_established(tmp_path, capsys):
+    code, ex, path = _check(tmp_path, "plain", sampling={"seeded_replay": False})  # a baseline file, no samples
+    assert code == 0
+    baseline = next((tmp_path / "out" / "baselines").glob("*.json"))
+    doc = yaml.safe_load(Path(path).read_text())
+    doc["exactness"].update(baseline=str(baseline), sampling={"seeded_replay": False, "distribution_preserving": True})
+    doc["output"]["run_id"] = "nosamples"
+    doc["target"]["endpoint"] = "embedded"
+    Path(path).write_text(yaml.safe_dump(doc))
+    capsys.readouterr()
+    # the sim-reference baseline of the first check was captured without samples
+    code = main(["check", path])
+    out = capsys.readouterr().out
+    assert code == 11 and "distribution-preserving: NOT ESTABLISHED: the baseline holds no samples" in out
+
+
+def test_pooling_keeps_expected_counts_of_five_and_holm_steps_down():
+    base, cand = Counter({"a": 60, "b": 30, "c": 4, "d": 3}), Counter({"a": 55, "b": 35, "c": 5, "e": 2})
+    cats, table = pooled_table(base, cand)
+    assert cats == ["a", "b", "other"] and table.tolist() == [[60, 30, 7], [55, 35, 7]]
+    assert holm([0.001, 0.02, 0.04], 0.05) == [True, True, True]
+    assert holm([0.001, 0.03, 0.04], 0.05) == [True, False, False]  # 0.03 > 0.05 / 2 stops the descent
+
+
+def test_the_stated_power_holds_for_a_difference_of_that_size():
+    """Two distributions `detectable_tv` apart, sampled 400 times each, are told apart in at least
+    80 % of 300 seeded trials (the bound is conservative: usually many more)."""
+    n, level, df = 400, 0.01, 3
+    delta = detectable_tv(n, n, df, level)
+    p1 = np.array([0.4, 0.3, 0.2, 0.1])
+    p2 = p1 + np.array([delta, -delta, 0.0, 0.0])
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(300):
+        t = np.array([rng.multinomial(n, p1), rng.multinomial(n, p2)])
+        hits += stats.chi2_contingency(t, correction=False).pvalue < level
+    assert hits >= 0.8 * 300, (hits, delta)
+
+
+@pytest.mark.parametrize("rule", ["rejection", "argmax"])
+def test_the_simulators_verify_step_emits_p_or_the_stated_bias(rule):
+    """`verify_position` over 20,000 draws at one context: the rejection rule's emitted frequencies
+    match p (chi-square), the argmax rule's match q[a] at the argmax plus (1 - q[a]) p."""
+    from loadgate.config.simconfig import SimConfig
+    from loadgate.sim.model import SimModel
+    from loadgate.sim.speculative import argmax_rule_tv, draft_probs, verify_position
+
+    model = SimModel(SimConfig())
+    _, p = model.probs(model.context_hash([5, 6, 7, 8]), 0.8)
+    p = p[:6] / p[:6].sum()  # the head of the distribution, so that counts are large
+    q = draft_probs(p, 1.5)
+    rng = np.random.default_rng(3)
+    u = rng.random((20_000, 4))
+    counts = np.bincount([verify_position(p, q, rule, *row[:3]) [0] for row in u], minlength=len(p))
+    want = p if rule == "rejection" else q[0] * np.eye(len(p))[0] + (1 - q[0]) * p
+    assert stats.chisquare(counts, want * counts.sum()).pvalue > 1e-3
+    if rule == "argmax":
+        assert abs(0.5 * np.abs(want - p).sum() - argmax_rule_tv(p, q)) < 1e-12
