@@ -135,3 +135,33 @@ def test_the_simulators_verify_step_emits_p_or_the_stated_bias(rule):
     assert stats.chisquare(counts, want * counts.sum()).pvalue > 1e-3
     if rule == "argmax":
         assert abs(0.5 * np.abs(want - p).sum() - argmax_rule_tv(p, q)) < 1e-12
+
+
+def test_samples_that_pool_into_one_category_tell_nothing_apart_and_are_not_established(tmp_path):
+    """At temperature 0.02 the sampler is all but greedy: every sample is the same pair of tokens,
+    one category after pooling, so no difference could be seen: not established (11), power 1.0."""
+    code, ex, _ = _check(tmp_path, "flat", spec={"sampling_rule": "argmax"},
+                         sampling={"temperature": 0.02, "seeded_replay": False, "distribution_preserving": True,
+                                   "samples": 40, "prefixes": 1})
+    dp = ex["sampling"]["distribution_preserving"]
+    assert code == 11 and not dp["established"] and dp["prefixes"][0]["df"] == 0, dp
+    assert dp["detectable_tv"] == 1.0 and "fewer than 2 categories" in dp["reason"]
+
+
+def test_seeded_replay_without_a_short_case_is_not_established(tmp_path):
+    corpus = tmp_path / "long.jsonl"
+    corpus.write_text('{"id": "l", "kind": "completion", "prompt": "a b c", "max_tokens": 8, "tags": ["long"]}\n'
+                      '{"id": "s", "kind": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,'
+                      ' "tags": ["long"]}\n')
+    doc_path = tmp_path / "p.yaml"
+    doc = {"name": "p", "target": {"endpoint": "embedded", "sim": SIM},
+           "workload": {"requests": 4, "input_len": {"dist": "fixed", "value": 8},
+                        "output_len": {"dist": "fixed", "value": 4}},
+           "load": {"concurrency": 1},
+           "exactness": {"baseline": "sim-reference", "corpus": str(corpus), "scenarios": {"solo": False, "long": True},
+                         "sampling": {"seeded_replay": True}},
+           "health": LAX_HEALTH, "output": {"dir": str(tmp_path / "out"), "run_id": "p"}}
+    doc_path.write_text(yaml.safe_dump(doc))
+    assert main(["check", str(doc_path)]) == 11
+    ex = load_json(tmp_path / "out" / "p" / "exactness.json")
+    assert "sampling/seeded-replay: the corpus has no short case to replay" in ex["not_established"]

@@ -77,6 +77,8 @@ class CheckResult:
         self.sampling = results
         sr = results.get("seeded_replay")
         if sr is not None:
+            if not sr["cases"]:
+                self.not_established.append("sampling/seeded-replay: the corpus has no short case to replay")
             if sr["differ"]:
                 first = sr["differ"][0]
                 self.reasons.append(f"seeded-replay: {len(sr['differ'])} of {sr['cases']} cases gave other ids with "
@@ -86,15 +88,15 @@ class CheckResult:
                 self.not_established.append("sampling/seeded-replay")
         dp = results.get("distribution_preserving")
         if dp is not None:
-            if not dp.get("established", True):
-                self.not_established.append("sampling/distribution-preserving")
-            elif not dp["passed"]:
+            if dp.get("prefixes") and not dp["passed"]:  # a rejection stands whatever else failed
                 bad = [p for p in dp["prefixes"] if p["rejected"]]
                 self.reasons.append(
                     f"distribution-preserving: {len(bad)} of {len(dp['prefixes'])} prefixes sample another "
                     f"distribution than the baseline at temperature {dp['temperature']:g} (Holm, alpha "
                     f"{dp['alpha']:g}; first: {bad[0]['case']}, p = {bad[0]['p_value']:.2g}, observed TV "
                     f"{bad[0]['observed_tv']:.3f})")
+            elif not dp.get("established", True):
+                self.not_established.append(f"sampling/distribution-preserving: {dp.get('reason')}")
         self.passed = not self.reasons and not self.not_established
 
     def counts(self) -> dict[str, int]:

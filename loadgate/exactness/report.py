@@ -94,7 +94,8 @@ def sampling_lines(s: dict[str, Any]) -> list[str]:
     sr = s.get("seeded_replay")
     if sr is not None:
         state = "passed" if sr["passed"] else "NOT ESTABLISHED" if sr["failed_requests"] and not sr["differ"] else "FAILED"
-        lines.append(f"seeded-replay at temperature {sr['temperature']:g}: {state}: {sr['cases'] - len(sr['differ'])} "
+        agreed = sr["cases"] - len(sr["differ"]) - len(sr["failed_requests"])
+        lines.append(f"seeded-replay at temperature {sr['temperature']:g}: {state}: {agreed} "
                      f"of {sr['cases']} cases gave the same ids in all {sr.get('replays', 2)} sends with their seed "
                      f"({sr['engine_seeds']})")
         for d in sr["differ"][:8]:
@@ -111,9 +112,11 @@ def sampling_lines(s: dict[str, Any]) -> list[str]:
         lines.append(
             f"distribution-preserving at temperature {dp['temperature']:g}, alpha {dp['alpha']:g} (Holm over "
             f"{len(dp['prefixes'])} prefixes): {state}; {dp['samples']} samples a side per prefix detect any "
-            f"difference of total-variation distance >= {dp['detectable_tv']:.3f} with probability >= 0.8"
-            + ("" if share is None else f"; {share:.0%} of the candidate's samples came through a verify step "
-               "(draft activity), at least, per prefix"))
+            f"difference of total-variation distance >= {dp['detectable_tv']:.3f} over the pooled categories with "
+            "probability >= 0.8"
+            + ("" if share is None else f"; in {share:.0%} of the candidate's sample requests (the least of the "
+               "prefixes) the engine showed draft activity")
+            + (f"; NOT ESTABLISHED: {dp['reason']}" if dp.get("reason") else ""))
         for p in dp["prefixes"]:
             lines.append(f"  {p['case']}: p = {p['p_value']:.3g}{' REJECTED' if p['rejected'] else ''}, "
                          f"observed TV {p['observed_tv']:.3f} over {len(p['categories'])} categories (chi-square "

@@ -20,9 +20,12 @@ to the 2 x K table. Across prefixes the p-values are Holm-corrected at `alpha`.
 Power, stated with every result: for a two-sample chi-square test with n1 and n2 samples, the
 noncentrality is n_eff * sum((p1 - p2)**2 / pbar) with n_eff = n1 n2 / (n1 + n2); by
 Cauchy-Schwarz that sum is at least (2 TV)**2, where TV is the total-variation distance between
-the two distributions over the pooled categories. So any difference with TV >= delta is detected
-with probability at least 0.8 when n_eff * 4 delta**2 reaches the noncentrality at which the test
-(df = K - 1, level alpha / m, Holm's strictest) has power 0.8. `detectable_tv` solves for delta.
+the two distributions over the pooled categories. So any difference with TV >= delta over those
+categories is detected with probability at least 0.8 (in the chi-square test's large-sample
+approximation) when n_eff * 4 delta**2 reaches the noncentrality at which the test (df = K - 1,
+level alpha / m, Holm's strictest) has power 0.8. `detectable_tv` solves for delta. A difference
+inside the pooled "other" category is not seen; a prefix whose samples pool into one category
+tests nothing (its power is stated as 1.0 and the contract is not established).
 """
 
 from __future__ import annotations
@@ -109,8 +112,9 @@ def prefix_test(case: str, base: Sequence[str], cand: Sequence[str], level: floa
         res = stats.chi2_contingency(table, correction=False)
         stat, p, df = float(res.statistic), float(res.pvalue), int(res.dof)
     p1, p2 = table[0] / max(n1, 1), table[1] / max(n2, 1)
-    return PrefixTest(case, cats, table[0].tolist(), table[1].tolist(), stat, df, p,
-                      detectable_tv(n1, n2, max(df, 1), level), float(0.5 * np.abs(p1 - p2).sum()), verify_share)
+    power = detectable_tv(n1, n2, df, level) if df >= 1 else 1.0  # one category: nothing can be told apart
+    return PrefixTest(case, cats, table[0].tolist(), table[1].tolist(), stat, df, p, power,
+                      float(0.5 * np.abs(p1 - p2).sum()), verify_share)
 
 
 def holm(p_values: Sequence[float], alpha: float) -> list[bool]:

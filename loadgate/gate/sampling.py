@@ -27,6 +27,7 @@ import orjson
 
 from loadgate.config.profile import SamplingContract
 from loadgate.engine.adapters.base import Decoded
+from loadgate.errors import UsageError
 from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.replay import CaseSender
 from loadgate.exactness.sampling import distribution_result, pair_label, prefix_test
@@ -98,10 +99,18 @@ def _first_difference(a: tuple[Any, ...], b: tuple[Any, ...]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
-async def draw(sender: CaseSender, case: Case, cfg: SamplingContract, seed_base: int, tag: str
-               ) -> tuple[list[str], list[bool], int]:
-    """`cfg.samples` seeded samples of `case`: (their category labels, whether each request showed
-    draft activity, how many requests failed)."""
+def sampling_params(sender: CaseSender, cfg: SamplingContract) -> dict[str, Any]:
+    """Every sampling parameter the samples are drawn with (the seed aside): baseline and candidate
+    must agree on them, or their distributions differ for that reason alone."""
+    d = dataclasses.asdict(dataclasses.replace(sender.sampling, temperature=cfg.temperature))
+    d.pop("seed")
+    return {**d, "tokens": SAMPLE_TOKENS}
+
+
+async def draw(sender: CaseSender, case: Case, cfg: SamplingContract, seed_base: int, tag: str,
+               n: int | None = None) -> tuple[list[str], list[bool], int]:
+    """`n` (default `cfg.samples`) seeded samples of `case`: (their category labels, whether each
+    request showed draft activity, how many requests failed or gave no token ids)."""
     sem = asyncio.Semaphore(cfg.concurrency)
 
     async def one(i: int) -> Decoded:
@@ -110,42 +119,66 @@ async def draw(sender: CaseSender, case: Case, cfg: SamplingContract, seed_base:
             return await _send(sender, case, f"{tag}-{i}", sampling=sampling, max_tokens=SAMPLE_TOKENS,
                                logprobs=None, stop=(), ignore_eos=True)
 
-    got = await asyncio.gather(*(one(i) for i in range(cfg.samples)))
-    ok = [d for d in got if d.error is None]
-    labels = [pair_label(d.output_ids if d.output_ids is not None else list(d.text)) for d in ok]
+    got = await asyncio.gather(*(one(i) for i in range(cfg.samples if n is None else n)))
+    ok = [d for d in got if d.error is None and d.output_ids is not None]  # categories are token ids
+    labels = [pair_label(d.output_ids or ()) for d in ok]
     drafted = [bool(d.spec is not None and (d.spec.draft_tokens or 0) > 0) for d in ok]
     return labels, drafted, len(got) - len(ok)
 
 
 async def baseline_samples(sender: CaseSender, corpus: Corpus, cfg: SamplingContract, tag: str) -> dict[str, Any]:
     """The baseline's side of the distribution test, as the baseline file keeps it."""
-    out: dict[str, Any] = {"temperature": cfg.temperature, "seed_base": 0, "tokens": SAMPLE_TOKENS, "prefixes": {}}
-    for case in short_cases(corpus, "completion")[:cfg.prefixes]:
+    out: dict[str, Any] = {"temperature": cfg.temperature, "seed_base": 0, "tokens": SAMPLE_TOKENS,
+                           "params": sampling_params(sender, cfg), "samples": cfg.samples, "prefixes": {}}
+    cases = short_cases(corpus, "completion")[:cfg.prefixes]
+    if not cases:
+        raise UsageError("exactness.sampling.distribution_preserving: the corpus has no short completion case to "
+                         "sample at (its prefixes)")
+    for case in cases:
         labels, _, failed = await draw(sender, case, cfg, 0, f"{tag}-{case.id}")
-        out["prefixes"][case.id] = {"labels": labels, "failed": failed}
+        if failed:  # a baseline must be complete (as its greedy cases must)
+            raise UsageError(f"baseline not written: {failed} of {cfg.samples} sample requests at {case.id} failed "
+                             "or gave no token ids")
+        out["prefixes"][case.id] = {"labels": labels, "failed": 0}
     return out
 
 
 async def distribution_preserving(sender: CaseSender, corpus: Corpus, cfg: SamplingContract,
                                   base: dict[str, Any] | None, tag: str) -> dict[str, Any]:
     """The distribution-preserving contract against the baseline's stored samples."""
-    if not base or base.get("temperature") != cfg.temperature or not base.get("prefixes"):
-        have = "none" if not base else f"temperature {base.get('temperature')}"
-        return {"passed": False, "established": False, "reason":
-                f"the baseline holds no samples at temperature {cfg.temperature} (it has {have}): capture it again "
-                "with this profile's exactness.sampling"}
+    def refused(reason: str) -> dict[str, Any]:
+        return {"passed": False, "established": False, "reason": reason}
+
+    if not base or not base.get("prefixes"):
+        return refused("the baseline holds no samples: capture it again (`loadgate baseline`) with this profile's "
+                       "exactness.sampling.distribution_preserving")
+    want = sampling_params(sender, cfg)
+    if base.get("params", {"temperature": base.get("temperature"), **{k: v for k, v in want.items()
+                                                                       if k != "temperature"}}) != want:
+        return refused(f"the baseline's samples were drawn with other sampling parameters ({base.get('params')}) "
+                       f"than this profile's ({want}): capture it again")
     cases = [c for c in short_cases(corpus, "completion") if c.id in base["prefixes"]][:cfg.prefixes]
-    level = cfg.alpha / max(1, len(cases))  # Holm's strictest level, for the power statement
+    if not cases:
+        return refused("none of the baseline's sampled prefixes is a short completion case of this corpus")
+    level = cfg.alpha / len(cases)  # Holm's strictest level, for the power statement
     tests, failed = [], 0
     for case in cases:
-        labels, drafted, lost = await draw(sender, case, cfg, CANDIDATE_SEED_BASE, f"{tag}-{case.id}")
+        stored = base["prefixes"][case.id]
+        if stored.get("failed") or not stored.get("labels"):
+            return refused(f"the baseline's samples at {case.id} are incomplete: capture it again")
+        labels, drafted, lost = await draw(sender, case, cfg, CANDIDATE_SEED_BASE, f"{tag}-{case.id}",
+                                           n=len(stored["labels"]))
         failed += lost
         share = sum(drafted) / len(drafted) if drafted else None
-        tests.append(prefix_test(case.id, base["prefixes"][case.id]["labels"], labels, level, share))
+        tests.append(prefix_test(case.id, stored["labels"], labels, level, share))
     out = distribution_result(tests, cfg.alpha)
-    out.update({"temperature": cfg.temperature, "samples": cfg.samples, "failed_requests": failed,
-                "established": failed == 0 and bool(tests),
+    untestable = [t.case for t in tests if t.df == 0]
+    out.update({"temperature": cfg.temperature, "samples": len(base["prefixes"][cases[0].id]["labels"]),
+                "failed_requests": failed, "established": failed == 0 and not untestable,
                 "sampling": "many seeded requests of 3 tokens; category = the first two sampled token ids"})
     if failed:
-        out["reason"] = f"{failed} sample request(s) failed"
+        out["reason"] = f"{failed} sample request(s) failed or gave no token ids"
+    elif untestable:
+        out["reason"] = (f"at {', '.join(untestable)} the samples fell into fewer than 2 categories after pooling: "
+                         "nothing can be told apart there; raise exactness.sampling.samples")
     return out

@@ -5,8 +5,9 @@ Definitions (the simulator's, stated once; `tests/test_sim_speculative.py` check
     speculative statistic.
   * With speculation on, every later engine step of a sequence is a verify step. It proposes
     `k_eff = min(k, remaining - 1)` draft tokens (`remaining` = max_tokens - tokens emitted so far),
-    so a step never runs past max_tokens. Position i (0-based) is accepted with probability
-    `acceptance[min(i, len-1)]` given all earlier positions were; the first rejection ends the run.
+    so a step never runs past max_tokens. For a greedy request, position i (0-based) is accepted
+    with probability `acceptance[min(i, len-1)]` given all earlier positions were; the first
+    rejection ends the run (a sampled request's acceptance comes from its rule instead, below).
     The draws come from a hash of (seed, the sequence's context hash, its output length), so the
     same request is chunked the same way on every run.
   * The step emits the accepted tokens plus one bonus token, as one chunk. Accepted tokens are the
@@ -75,6 +76,8 @@ def verify_position(p: np.ndarray, q: np.ndarray, rule: str, u_draft: float, u_a
     if u_accept * q[x] < p[x]:  # u < p/q without dividing (q[x] > 0: x was drawn from q)
         return x, True
     residual = np.maximum(p - q, 0.0)
+    if not residual.any():  # q >= p everywhere only by rounding (then p and q are equal): p itself
+        return draw(p, u_resample), False
     return draw(residual, u_resample), False
 
 
