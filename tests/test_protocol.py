@@ -103,3 +103,51 @@ def test_protocol_results_join_the_verdict_as_failed_or_not_established():
     lost = result(["not established", "passed"])
     assert not lost.passed and not lost.reasons and lost.not_established == ["protocol/c0"]
     assert lost_requests(lost.not_established + ["solo/a"]) == ["solo/a"]
+
+
+@pytest.mark.parametrize(("status", "answer", "want", "says"), [
+    (200, {"name": "get_weather", "arguments": '{"city": "Rome", "unit": "celsius"}'}, "passed", "1 call(s)"),
+    (200, {"name": "get_weather", "arguments": {"city": "Rome", "unit": "celsius"}}, "failed", "are a dict"),
+    (200, {"name": "get_weather", "arguments": '{"city": "Rome"'}, "failed", "not JSON"),
+    (200, {"name": "get_weather", "arguments": '{"city": "Lima", "unit": "celsius"}'}, "failed", "break the schema"),
+    (200, {"name": "other", "arguments": "{}"}, "failed", "names 'other'"),
+    (200, "not a dict", "failed", "without a function"),
+    (400, None, "not applicable", "refused a named tool_choice (HTTP 400)"),
+    (500, None, "failed", "HTTP 500"),
+    (503, None, "not established", "HTTP 503"),
+])
+def test_the_tools_check_judges_each_shape_of_answer_in_one_line(status, answer, want, says):
+    """Against a loopback server answering the named tool_choice in each way an engine might."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import aiohttp
+    from aiohttp import web
+
+    from loadgate.gate.protocol import _Probe, check_tools
+
+    async def chat(request: web.Request) -> web.Response:
+        if status != 200:
+            return web.json_response({"error": {"message": "no"}}, status=status)
+        call = answer if not isinstance(answer, dict) else {"type": "function", "function": answer}
+        return web.json_response({"choices": [{"message": {"role": "assistant", "tool_calls": [call]}}]})
+
+    async def go() -> Any:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        spec = SimpleNamespace(model="m", timeout_s=10.0, headers={})
+        sender = SimpleNamespace(targets={"chat": SimpleNamespace(url=f"http://127.0.0.1:{port}/v1/chat/completions",
+                                                                   spec=spec)}, sampling=SimpleNamespace(seed=0))
+        try:
+            async with aiohttp.ClientSession() as session:
+                return await check_tools(_Probe(sender, session, lambda: None, "t"))  # type: ignore[arg-type]
+        finally:
+            await runner.cleanup()
+
+    c = asyncio.run(go())
+    assert c.status == want and says in c.detail, c

@@ -27,7 +27,7 @@ from typing import Any
 from loadgate.exactness.baseline import Baseline, seq_output
 
 
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+def first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
     """First index where two id lists differ (the shorter length when one extends the other)."""
     for k, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:

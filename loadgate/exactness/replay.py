@@ -88,6 +88,14 @@ class CaseSender:
         text = case.prompt or "".join(str(m.get("content", "")) for m in case.messages or ())
         return len(text) // 3 + 16
 
+    async def decoded(self, case: Case, request_id: str, **changes: Any) -> Decoded:
+        """The case sent once with GenRequest `changes` (the protocol checks' and sampling
+        contracts' variants), decoded."""
+        t = self.targets[case.kind]
+        body = self.body(case, **changes)
+        raw = await fetch(t, orjson.dumps(body), request_id)
+        return decode(t.adapter, bool(body.get("stream", True)), raw, t.spec.max_event_bytes)
+
     async def send(self, case: Case, request_id: str, order: int = 0) -> Observed:
         t = self.targets[case.kind]
         body = self.body(case)

@@ -52,7 +52,6 @@ from loadgate.engine.adapters.base import Decoded
 from loadgate.engine.servermetrics import GAUGES, Snapshot, first_name
 from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.replay import CaseSender
-from loadgate.load.target import decode, fetch
 
 Status = Literal["passed", "failed", "not applicable", "not established"]
 Scrape = Callable[[], Awaitable[Snapshot | None]]
@@ -106,10 +105,7 @@ class _Probe:
         return f"{self.tag}-protocol-{self.n}"
 
     async def send(self, case: Case, **changes: Any) -> Decoded:
-        t = self.sender.targets[case.kind]
-        body = self.sender.body(case, **changes)
-        raw = await fetch(t, orjson.dumps(body), self.rid())
-        return decode(t.adapter, bool(body.get("stream", True)), raw, t.spec.max_event_bytes)
+        return await self.sender.decoded(case, self.rid(), **changes)
 
     async def gauge(self) -> tuple[float | None, float | None]:
         """(running requests, generated tokens so far) from /metrics; None where it has neither."""
@@ -285,8 +281,12 @@ async def check_tools(p: _Probe, unsupported: str | None = None) -> ProtocolChec
         return ProtocolCheck("tools", "failed", PROVES["tools"], f"a tool call without a function: {str(calls)[:80]}")
     if fn.get("name") != name:
         return ProtocolCheck("tools", "failed", PROVES["tools"], f"the call names {fn.get('name')!r}, not {name!r}")
+    raw_args = fn.get("arguments")
+    if not isinstance(raw_args, str):  # the API's arguments are a JSON string, not an object
+        return ProtocolCheck("tools", "failed", PROVES["tools"], f"the arguments are a {type(raw_args).__name__}, "
+                             "not the JSON string the API gives")
     try:
-        args = orjson.loads(fn.get("arguments") or "")
+        args = orjson.loads(raw_args)
         jsonschema.validate(args, TOOL_SCHEMA)
     except orjson.JSONDecodeError as e:
         return ProtocolCheck("tools", "failed", PROVES["tools"], f"the arguments are not JSON ({e}): "

@@ -23,15 +23,13 @@ import asyncio
 import dataclasses
 from typing import Any
 
-import orjson
-
 from loadgate.config.profile import SamplingContract
 from loadgate.engine.adapters.base import Decoded
 from loadgate.errors import UsageError
 from loadgate.exactness.corpus import Case, Corpus
+from loadgate.exactness.drift import first_difference
 from loadgate.exactness.replay import CaseSender
 from loadgate.exactness.sampling import distribution_result, pair_label, prefix_test
-from loadgate.load.target import decode, fetch
 
 CANDIDATE_SEED_BASE = 1_000_000  # the candidate's samples use other seeds than the baseline's
 REPLAY_SEED_BASE = 4242
@@ -60,13 +58,6 @@ def short_cases(corpus: Corpus, kind: str | None = None) -> list[Case]:
     return [c for c in corpus.cases if "long" not in c.tags and (kind is None or c.kind == kind)]
 
 
-async def _send(sender: CaseSender, case: Case, rid: str, **changes: Any) -> Decoded:
-    t = sender.targets[case.kind]
-    body = sender.body(case, **changes)
-    raw = await fetch(t, orjson.dumps(body), rid)
-    return decode(t.adapter, bool(body.get("stream", True)), raw, t.spec.max_event_bytes)
-
-
 def _output(d: Decoded) -> tuple[Any, ...]:
     return tuple(d.output_ids) if d.output_ids is not None else (d.text,)
 
@@ -79,7 +70,7 @@ async def seeded_replay(sender: CaseSender, corpus: Corpus, cfg: SamplingContrac
     for rep in range(cfg.replays):  # round by round: a case's sends are apart in time, as replays are
         for k, case in enumerate(cases):
             sampling = dataclasses.replace(sender.sampling, temperature=cfg.temperature, seed=REPLAY_SEED_BASE + k)
-            outs[k].append(await _send(sender, case, f"{tag}-seeded-{rep}-{k}", sampling=sampling))
+            outs[k].append(await sender.decoded(case, f"{tag}-seeded-{rep}-{k}", sampling=sampling))
     lost = [c.id for c, sends in zip(cases, outs, strict=True) if any(d.error is not None for d in sends)]
     differ = []
     for c, sends in zip(cases, outs, strict=True):
@@ -88,15 +79,11 @@ async def seeded_replay(sender: CaseSender, corpus: Corpus, cfg: SamplingContrac
         first = _output(sends[0])
         others = [_output(d) for d in sends[1:] if _output(d) != first]
         if others:
-            differ.append({"case": c.id, "first_divergence": min(_first_difference(first, o) for o in others),
+            differ.append({"case": c.id, "first_divergence": min(first_difference(first, o) or 0 for o in others),
                            "differing_sends": len(others), "versions": len({first, *others})})
     return {"passed": not differ and not lost and bool(cases), "temperature": cfg.temperature, "cases": len(cases),
             "replays": cfg.replays, "differ": differ, "failed_requests": lost, "engine_seeds": claim,
             "seeds": [REPLAY_SEED_BASE, REPLAY_SEED_BASE + len(cases) - 1] if cases else []}
-
-
-def _first_difference(a: tuple[Any, ...], b: tuple[Any, ...]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def sampling_params(sender: CaseSender, cfg: SamplingContract) -> dict[str, Any]:
@@ -116,7 +103,7 @@ async def draw(sender: CaseSender, case: Case, cfg: SamplingContract, seed_base:
     async def one(i: int) -> Decoded:
         async with sem:
             sampling = dataclasses.replace(sender.sampling, temperature=cfg.temperature, seed=seed_base + i)
-            return await _send(sender, case, f"{tag}-{i}", sampling=sampling, max_tokens=SAMPLE_TOKENS,
+            return await sender.decoded(case, f"{tag}-{i}", sampling=sampling, max_tokens=SAMPLE_TOKENS,
                                logprobs=None, stop=(), ignore_eos=True)
 
     got = await asyncio.gather(*(one(i) for i in range(cfg.samples if n is None else n)))
