@@ -360,9 +360,9 @@ def run(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
     """`loadgate run`: fingerprint -> exactness check -> attestation -> performance -> fingerprint
     again (for both engines, in interleaved runs, with an `ab` section) -> verdict."""
     _preflight(profile, unverified)
-    profile = salted(profile)
     if profile.ab is not None:
         return run_ab(profile, unverified=unverified, say=say, progress=progress)
+    profile = salted(profile)
 
     async def go(run_dir: Path) -> None:
         async with interruptible(profile.load.grace_s) as intr:
@@ -407,7 +407,7 @@ def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
     async def go(run_dir: Path) -> None:
         dump_json(run_dir / "ab.json", {"pairs": profile.ab.pairs if profile.ab else 0, "order": order,
                                         "sides": SIDES, "unverified": unverified,
-                                        "ab": dataclasses.asdict(profile.ab) if profile.ab else {}})
+                                        "ab": profile.to_json()["ab"] or {}})  # (its baseline's credential headers masked)
         async with interruptible(profile.load.grace_s) as intr:
             await ab_runs(run_dir, intr)
         _stopped_by(intr, run_dir)

@@ -33,6 +33,7 @@ from loadgate.analysis.summary import Summary, build_summary
 from loadgate.analysis.thresholds import LevelJudgement, judged_json
 from loadgate.analysis.thresholds import judge as judge_thresholds
 from loadgate.errors import EXIT_CODES
+from loadgate.exactness.check import not_established_words
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.records import Damage
 
@@ -142,8 +143,7 @@ def judge(run_dir: Path | str) -> Judgement:
             return Judgement(Verdict(0, "passed", "", exactness="passed"))
         report = load_json(run_dir / "exactness.json")
         if not report.get("reasons") and report.get("not_established"):
-            return Judgement(Verdict(11, "not established", "exactness not established: requests of the check "
-                                     "kept failing: " + ", ".join(report["not_established"][:5]),
+            return Judgement(Verdict(11, "not established", not_established_words(report["not_established"]),
                                      exactness="not established"))
         return Judgement(Verdict(10, "exactness", "exactness failed: " + "; ".join(report.get("reasons") or []),
                                  exactness="failed"))

@@ -256,6 +256,4 @@ def test_a_damaged_run_folder_is_reported_with_a_documented_exit_code(tmp_path_f
     code, err = _run_main(["report", "--format", fmt, str(d)])
     check_exit(code, err)
     assert code in (0, 2, 5, 20, 30), (code, err)
-    if data != (RUN / "records.jsonl").read_bytes() and code == 0:
-        # a change that left every line readable (a flip inside a number, a blank line added)
-        assert b"\n" in data
+

@@ -42,13 +42,16 @@ class TlsFiles:
         """The client context: the system's CAs or `ca_file`, the client certificate if any."""
         try:
             ctx = ssl.create_default_context(cafile=self.ca_file)
-            if self.insecure:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-            if self.client_cert:
-                ctx.load_cert_chain(self.client_cert, self.client_key)
         except (OSError, ssl.SSLError) as e:
-            raise UsageError(f"target.tls: cannot load {self.client_cert or self.ca_file}: {e}") from None
+            raise UsageError(f"target.tls.ca_file: cannot load {self.ca_file}: {e}") from None
+        if self.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.client_cert:
+            try:
+                ctx.load_cert_chain(self.client_cert, self.client_key)
+            except (OSError, ssl.SSLError) as e:
+                raise UsageError(f"target.tls.client_cert: cannot load {self.client_cert}: {e}") from None
         return ctx
 
 

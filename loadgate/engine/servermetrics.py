@@ -84,7 +84,10 @@ async def fetch_text(session: aiohttp.ClientSession, url: str, timeout_s: float 
                 body = _inflate(body)
             elif encoding != "identity":
                 return None
-            return body.decode(r.charset or "utf-8", "replace")
+            try:
+                return body.decode(r.charset or "utf-8", "replace")
+            except LookupError:  # a charset Python does not know: Prometheus text is UTF-8
+                return body.decode("utf-8", "replace")
     except (aiohttp.ClientError, TimeoutError, ValueError, zlib.error, EngineError):
         return None
 

@@ -121,12 +121,26 @@ def load_bundle(path: Path) -> dict[str, Any]:
                   "scenario.in_flight_when_sent": isinstance(sc.get("in_flight_when_sent"), int),
                   "comparison": doc.get("comparison") is None or isinstance(doc["comparison"], dict),
                   "api": doc.get("api") is None or doc["api"] in ADAPTERS,
+                  "session": _is_session(doc.get("session")),
                   "baseline": _is_seq_record(doc["baseline"])}
         bad = [k for k, ok in checks.items() if not ok]
     if bad:
         raise UsageError(f"{path}: {bad[0]}: missing or of the wrong type; not a complete reproducer bundle "
                          "(a null baseline: the case was not in the baseline, nothing to replay against)")
     return doc
+
+
+def _is_session(session: Any) -> bool:
+    """A bundle's `session` as `replay_settings` reads it: absent, or headers str -> str and a tls
+    object of paths (strings or null) and an insecure flag."""
+    if session is None:
+        return True
+    if not isinstance(session, dict):
+        return False
+    headers, tls = session.get("headers") or {}, session.get("tls") or {}
+    return (isinstance(headers, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+            and isinstance(tls, dict) and all(v is None or isinstance(v, (str, bool)) for v in tls.values())
+            and (session.get("api_key_env") is None or isinstance(session["api_key_env"], str)))
 
 
 def _is_seq_record(rec: dict[str, Any]) -> bool:

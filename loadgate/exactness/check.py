@@ -225,6 +225,20 @@ def lost_requests(items: list[str]) -> list[str]:
     return [x for x in items if not x.startswith(SHOWN_BY_NOTHING)]
 
 
+def not_established_words(items: list[str]) -> str:
+    """Why a check is not established, in one line: its lost requests apart from the checks that
+    showed nothing (the same words for `loadgate run`, `check` and `report`)."""
+    lost = lost_requests(items)
+    own = [x for x in items if x not in lost]
+    parts = []
+    if lost:
+        parts.append(f"{len(lost)} request(s) of the check failed in transport after {RETRIES} retries "
+                     f"({', '.join(lost[:5])}{' …' if len(lost) > 5 else ''}); nothing was compared for them")
+    if own:
+        parts.append("shown by nothing: " + "; ".join(own[:5]))
+    return "exactness not established: " + "; ".join(parts)
+
+
 async def _send_with_retries(sender: CaseSender, cases: list[Case], in_flight: int, tag: str
                              ) -> tuple[list[Observed], int]:
     """The scenario's requests; those that failed are sent again (together, up to the scenario's

@@ -37,7 +37,6 @@ def first_difference(a: Sequence[object], b: Sequence[object]) -> int | None:
 
 @dataclass
 class _Version:
-    key: tuple[Any, ...]  # (ids, finish reason)
     ids: tuple[int, ...]
     equals_baseline: bool
     members: list[dict[str, int]] = field(default_factory=list)
@@ -65,7 +64,7 @@ def scenario_drift(sequences: Sequence[Any], in_flight: int, baseline: Baseline)
         vs = versions.setdefault(s.case_id, {})
         if key not in vs:
             b = seq_output(base) if base is not None else None
-            vs[key] = _Version(key, out.ids, b is not None and (b.ids, b.finish_reason) == key)
+            vs[key] = _Version(out.ids, b is not None and (b.ids, b.finish_reason) == key)
         v = vs[key]
         v.members.append({"order": s.order, "repeat": rep, "batch": s.order // max(1, in_flight),
                           "position": s.order % max(1, in_flight)})

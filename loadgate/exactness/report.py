@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from tabulate import tabulate
 
-from loadgate.exactness.check import CheckResult, lost_requests
+from loadgate.exactness.check import RETRIES, CheckResult, lost_requests
 from loadgate.exactness.drift import TABLE_HEADERS, table_rows, totals_line
 
 
@@ -202,11 +202,11 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
     if j.get("sampling"):
         lines += sampling_lines(j["sampling"])
     if j.get("retried"):
-        lines.append(f"retried: {j['retried']} request(s) sent again after a failure (at most 2 times each)")
+        lines.append(f"retried: {j['retried']} request(s) sent again after a failure (at most {RETRIES} times each)")
     if lost:
         requests = lost_requests(lost)
         if requests:
-            lines.append(f"NOT ESTABLISHED: {len(requests)} request(s) still failed after 2 retries, so nothing was "
+            lines.append(f"NOT ESTABLISHED: {len(requests)} request(s) still failed after {RETRIES} retries, so nothing was "
                          f"compared for them: {', '.join(requests[:8])}{' …' if len(requests) > 8 else ''}")
         for item in (x for x in lost if x not in requests):
             lines.append(f"NOT ESTABLISHED: {item}")

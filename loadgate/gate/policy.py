@@ -22,7 +22,7 @@ from pathlib import Path
 
 from loadgate.engine.connect import Engine
 from loadgate.errors import ExactnessFailed, ExactnessNotEstablished
-from loadgate.exactness.check import RETRIES, lost_requests
+from loadgate.exactness.check import not_established_words
 from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.check import CheckOutcome, check_engine, check_text, fingerprint_of
 from loadgate.gate.fingerprint import describe_diff, diff
@@ -63,15 +63,7 @@ def raise_if_failed(o: CheckOutcome) -> None:
         return
     if o.result.reasons:
         raise ExactnessFailed("exactness failed: " + "; ".join(o.result.reasons) + " (see the report above)")
-    lost = lost_requests(o.result.not_established)
-    own = [x for x in o.result.not_established if x not in lost]
-    parts = []
-    if lost:
-        parts.append(f"{len(lost)} request(s) of the check failed in transport after {RETRIES} retries "
-                     f"({', '.join(lost[:5])}{' …' if len(lost) > 5 else ''}); nothing was compared for them")
-    if own:
-        parts.append("shown by nothing: " + "; ".join(own[:5]) + " (see the report above)")
-    raise ExactnessNotEstablished("exactness not established: " + "; ".join(parts))
+    raise ExactnessNotEstablished(not_established_words(o.result.not_established) + " (see the report above)")
 
 
 @contextlib.asynccontextmanager

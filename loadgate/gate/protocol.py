@@ -77,9 +77,10 @@ class ProtocolCheck:
     status: Status
     proved: str  # the sentence it proves when it passes
     detail: str  # what was seen (or why it failed, or does not apply)
+    late: bool = False  # a walk-away whose client left after the whole answer: worth another attempt
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "late"}
 
 
 PROVES = {
@@ -358,7 +359,7 @@ async def check_walk_away(p: _Probe, name: Literal["timeout", "cancel"], case: C
         return ProtocolCheck(name, "not established", proves, f"{how}; the engine showed no sign of the request "
                              "(no event, no running request, no token generated): nothing was abandoned")
     if ended or (gen0 is not None and gen_left is not None and gen_left - gen0 >= max_tokens):
-        return ProtocolCheck(name, "not established", proves,
+        return ProtocolCheck(name, "not established", proves, late=True, detail=
                              f"the {max_tokens}-token request had finished when the client left ({how}): the "
                              "client was held up, or the engine is faster than the check; raise "
                              "exactness.protocol.long_max_tokens (or lower client_timeout_s)")
@@ -418,7 +419,7 @@ async def run_protocol(sender: CaseSender, session: aiohttp.ClientSession, corpu
     for name, fn in (("max_tokens", check_max_tokens), ("stop", check_stop)):
         if getattr(cfg, name):
             out.append(await fn(p, case, full) if full is not None else
-                       ProtocolCheck(name, "not established", PROVES[name], "the uncut request failed"))
+                       ProtocolCheck(name, "not established", PROVES[name], f"no uncut answer to compare with ({check.detail})"))
     if cfg.tools:
         out.append(await check_tools(p, tools_unsupported(fingerprint or {})))
     for name in ("timeout", "cancel"):
@@ -429,7 +430,7 @@ async def run_protocol(sender: CaseSender, session: aiohttp.ClientSession, corpu
                 if attempt > 1:
                     await asyncio.sleep(RETRY_PAUSE_S)
                 check = await check_walk_away(p, name, case, cfg, long_tokens)  # type: ignore[arg-type]
-                if check.status != "not established" or "had finished when" not in check.detail:
+                if not check.late:
                     break
             if attempt > 1:
                 check.detail += f" (attempt {attempt} of {WALK_AWAY_TRIES})"

@@ -126,7 +126,7 @@ async def baseline_samples(sender: CaseSender, corpus: Corpus, cfg: SamplingCont
         if failed:  # a baseline must be complete (as its greedy cases must)
             raise UsageError(f"baseline not written: {failed} of {cfg.samples} sample requests at {case.id} failed "
                              "or gave no token ids")
-        out["prefixes"][case.id] = {"labels": labels, "failed": 0}
+        out["prefixes"][case.id] = {"labels": labels}
     return out
 
 
@@ -151,7 +151,7 @@ async def distribution_preserving(sender: CaseSender, corpus: Corpus, cfg: Sampl
     tests, failed = [], 0
     for case in cases:
         stored = base["prefixes"][case.id]
-        if stored.get("failed") or not stored.get("labels"):
+        if not stored.get("labels"):
             return refused(f"the baseline's samples at {case.id} are incomplete: capture it again")
         labels, drafted, lost = await draw(sender, case, cfg, CANDIDATE_SEED_BASE, f"{tag}-{case.id}",
                                            n=len(stored["labels"]))

@@ -56,31 +56,24 @@ class Planned:
     prompt_len: int | None
     output_len: int
 
-    @classmethod
-    def of(cls, req: PlannedRequest) -> Planned:
-        return cls(req.i, req.warmup, req.prompt_len, req.output_len)
-
 
 class Recorder:
-    """Turns finished exchanges into records, written to `writer`: at once (`defer=False`), or
-    after the phase (`defer=True`: `submit` only keeps the exchange, `flush` decodes and writes)."""
+    """Turns finished exchanges into records, written to `writer` after the phase: `submit` only
+    keeps the exchange (no decoding on the receive loop's turns), `flush` decodes and writes."""
 
     def __init__(self, t: Target, writer: RecordWriter, on_done: Callable[[], None] | None, *,
-                 defer: bool = False, memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+                 memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
         self.t, self.writer, self.on_done = t, writer, on_done
         self.overhead = t.spec.prompt_overhead
-        self.defer, self.memory_budget = defer, memory_budget
+        self.memory_budget = memory_budget
         self._held: list[bytes] = []
         self._held_bytes = 0
         self._spill: BinaryIO | None = None
 
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
-        if self.defer:
-            self._keep(pickle.dumps((req.i, req.warmup, req.prompt_len, req.output_len, t0_ns, level, ready_ns,
-                                     intended_ns, raw), pickle.HIGHEST_PROTOCOL))
-        else:
-            self._write(Planned.of(req), raw, t0_ns=t0_ns, level=level, ready_ns=ready_ns, intended_ns=intended_ns)
+        self._keep(pickle.dumps((req.i, req.warmup, req.prompt_len, req.output_len, t0_ns, level, ready_ns,
+                                 intended_ns, raw), pickle.HIGHEST_PROTOCOL))
         if self.on_done:
             self.on_done()
 
@@ -115,10 +108,6 @@ class Recorder:
                     if len(blob) < int.from_bytes(head, "little"):
                         return  # the write that failed: not a whole exchange
                     yield blob
-
-    @property
-    def pending(self) -> int:
-        return len(self._held) + (0 if self._spill is None else 1)
 
     def flush(self) -> None:
         """Decode what was kept and write its records (after a phase; also when it was cut short)."""

@@ -74,7 +74,7 @@ class SSEFramer:
         if b"\n" not in chunk:  # no line ends here: keep the piece, join it once the line ends
             self._partial.append(chunk)
             self._partial_len += len(chunk)
-            self._check(0)
+            self._check()
             return
         lines = chunk.split(b"\n")
         if self._partial:
@@ -83,10 +83,10 @@ class SSEFramer:
         self._partial, self._partial_len = ([rest], len(rest)) if rest else ([], 0)
         for line in lines:
             self._line(line, t_ns)
-        self._check(0)
+        self._check()
 
-    def _check(self, extra: int) -> None:
-        if self._data_len + self._partial_len + extra > self.max_event:
+    def _check(self) -> None:
+        if self._data_len + self._partial_len > self.max_event:
             raise EventTooLarge(f"an SSE event longer than {self.max_event:,} bytes (target.limits.max_event_mb)")
 
     def _line(self, line: bytes, t_ns: int) -> None:
@@ -105,7 +105,7 @@ class SSEFramer:
         if name == b"data":
             self._data.append(value)
             self._data_len += len(value) + 1
-            self._check(0)
+            self._check()
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
 

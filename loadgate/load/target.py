@@ -42,7 +42,7 @@ class TargetSpec:
     transport: str = "socket"  # the hot-path client: "socket" (kernel stamps) or "aiohttp"
     tls: TlsFiles = field(default_factory=TlsFiles)
     limits: Limits = field(default_factory=Limits)
-    max_event_bytes: int = 8 * 1024 * 1024
+    max_event_bytes: int = DEFAULT_MAX_EVENT
     idle_timeout_s: float | None = None
     secrets: tuple[str, ...] = ()  # to mask in this process's files (worker processes register them)
 

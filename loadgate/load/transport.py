@@ -285,7 +285,7 @@ class _Framing:
                 return
         if self.received > self.limits.max_response_bytes:
             self._refuse("response_too_large", f"response longer than {self.limits.max_response_bytes:,} bytes "
-                         "(target.limits.max_response_bytes)")
+                         "(target.limits.max_response_mb)")
             return
         try:
             self._frame_data(data)
@@ -318,13 +318,13 @@ class _Framing:
                 self._head_len += len(data)
                 if self._head_len > self.limits.max_header_bytes:
                     raise Refused("header_too_large", f"response headers longer than "
-                                  f"{self.limits.max_header_bytes:,} bytes (target.limits.max_header_bytes)")
+                                  f"{self.limits.max_header_bytes:,} bytes (target.limits.max_header_kib)")
                 return
             k -= len(prev)  # where the terminator starts in `data` (may be negative: it began before)
             head = b"".join(self._head_parts) + data[:k + 4]
             if len(head) > self.limits.max_header_bytes + 4:
                 raise Refused("header_too_large", f"response headers longer than "
-                              f"{self.limits.max_header_bytes:,} bytes (target.limits.max_header_bytes)")
+                              f"{self.limits.max_header_bytes:,} bytes (target.limits.max_header_kib)")
             rest = data[k + 4:]
             self._head_parts, self._head_len, self._head_tail = [], 0, b""
             if self._frame(head[:-4]):  # an interim 1xx response: the real one follows
@@ -362,7 +362,7 @@ class _Framing:
             self._left = int(value)
             if self._left > self.limits.max_response_bytes:
                 raise Refused("response_too_large", f"Content-Length {self._left:,} is over "
-                              f"{self.limits.max_response_bytes:,} bytes (target.limits.max_response_bytes)")
+                              f"{self.limits.max_response_bytes:,} bytes (target.limits.max_response_mb)")
         else:
             self._mode = 3
             self.keep_alive = False  # the body ends when the server closes
@@ -613,7 +613,7 @@ def parse_response(reads: list[tuple[int, bytes]]) -> Response:
         r.complete = w.done
     else:
         cl = r.headers.get("content-length")
-        if cl is not None and not cl.isdigit():
+        if cl is not None and not (cl.isascii() and cl.isdigit()):
             raise Refused("bad_response", f"Content-Length is not a number: {cl[:20]!r}")
         want = int(cl) if cl is not None else None
         got = 0

@@ -90,7 +90,7 @@ async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *
                  next_index: Callable[[], int | None] | None, start_ns: int | None,
                  mine: Callable[[int], bool], stop_flag: StopFlag = NEVER, prepared: bool = False) -> dict[str, Any]:
     """Run one phase with nothing but sending and receiving in the window: bodies built before,
-    records decoded and written after (`Recorder(defer=True)`), the garbage collector off during
+    records decoded and written after (`Recorder`), the garbage collector off during
     it (what exists before is frozen; one collection after). `prepared`: `prepare` already ran."""
     if not prepared:
         prepare(target, plan, (k for k in phase.indices if next_index is not None or mine(k)))
@@ -127,7 +127,7 @@ async def run_phase_here(target: Target, plan: Plan, phase: Phase, writer: Recor
                          ) -> list[dict[str, Any]]:
     """Run the phase on the current event loop; returns [health]. The caller keeps `target` open
     across a level's phases, so the measured phase reuses the connections its warmup opened."""
-    return [await _drive(target, plan, phase, Recorder(target, writer, on_done, defer=True), concurrency=None,
+    return [await _drive(target, plan, phase, Recorder(target, writer, on_done), concurrency=None,
                          next_index=None, start_ns=None, mine=lambda k: True, stop_flag=stop_flag)]
 
 
@@ -329,7 +329,7 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                 health: dict[str, Any] = {}
                 with RecordWriter(Path(part)) as writer:
                     if conc != 0:
-                        health = await _drive(target, plan, p, Recorder(target, writer, on_done, defer=True),
+                        health = await _drive(target, plan, p, Recorder(target, writer, on_done),
                                               concurrency=conc,
                                               next_index=None if phase.open_loop or phase.warmup else next_index,
                                               start_ns=start_ns, mine=lambda k: k % n == j,

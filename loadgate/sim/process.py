@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from loadgate.config.simconfig import SimConfig
+from loadgate.errors import UsageError
 
 READY_LINE = "loadgate sim listening on "  # loadgate.sim.cli prints it
 
@@ -76,7 +77,10 @@ class SimProcess:
                     continue
                 line = self._proc.stdout.readline().decode("utf-8", "replace")
                 if not line:
-                    raise RuntimeError(f"loadgate sim exited with code {self._proc.wait()} before listening")
+                    code = self._proc.wait()
+                    if code == UsageError.exit_code:  # it refused its settings, in one line on stderr
+                        raise UsageError("the simulator refused its settings (its line above says why)")
+                    raise RuntimeError(f"loadgate sim exited with code {code} before listening")
                 if line.startswith(READY_LINE):
                     return line[len(READY_LINE):].strip()
         finally:

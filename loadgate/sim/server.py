@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from loadgate.config.simconfig import SimConfig
+from loadgate.errors import UsageError
 from loadgate.sim.engine import Engine
 from loadgate.sim.model import SimModel
 from loadgate.sim.process import SimProcess
@@ -59,7 +60,7 @@ def _require_key(env_name: str) -> Any:
     """A middleware answering 401 unless `Authorization: Bearer $env_name` (read once, at start)."""
     key = os.environ.get(env_name)
     if not key:
-        raise ValueError(f"api_key_env: the environment variable {env_name} is not set")
+        raise UsageError(f"sim.api_key_env: the environment variable {env_name} is not set")
     want = f"Bearer {key}"
 
     @web.middleware
@@ -76,9 +77,15 @@ def _ssl_context(cfg: SimConfig) -> ssl.SSLContext | None:
     if not cfg.tls_cert:
         return None
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+    try:
+        ctx.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+    except (OSError, ssl.SSLError) as e:
+        raise UsageError(f"sim.tls_cert: cannot load {cfg.tls_cert} (key {cfg.tls_key}): {e}") from None
     if cfg.tls_client_ca:
-        ctx.load_verify_locations(cfg.tls_client_ca)
+        try:
+            ctx.load_verify_locations(cfg.tls_client_ca)
+        except (OSError, ssl.SSLError) as e:
+            raise UsageError(f"sim.tls_client_ca: cannot load {cfg.tls_client_ca}: {e}") from None
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
