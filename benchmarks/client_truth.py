@@ -13,10 +13,18 @@ budgets), pinned to other cores than the server. Per configuration it prints:
                        with psutil every 50 ms) over the measured window, plus the decoding of
                        those responses that loadgate defers to after the window (health.json)
   verdict              loadgate's own: valid, or INVALID with the bound it measured
-Events/s is counted from the server's send times.
+  bound violations     events whose stated earliest arrival (stamp - bound) is later than the server's
+                       write had returned: stamp - write returned > bound (must be 0: the bound is sound)
+  tight                whether stated bound p99 <= 3 x delay p99 + 0.2 ms
+  cause                the share of chunks bounded while loadgate's loop was busy, and the p99 of the
+                       others (read in turns that woke from an idle poll)
+Events/s is counted from the server's send times. `--burst` is llama-server's shape under
+speculation: 4 one-token events per write, every 8 ms (`--events-per-write`, `--tokens-per-chunk`
+and `--step-ms` set any other).
 
     python benchmarks/client_truth.py                             # 64, 256, 512 streams, 3 reps
     python benchmarks/client_truth.py --streams 256 --profile     # where the client's time goes
+    python benchmarks/client_truth.py --burst --streams 1 8 64    # llama-server's bursts
     python benchmarks/client_truth.py --workers 1 2 4 8 --scale --server-cpus 0-7 --client-cpus 8-15
 """
 
@@ -61,15 +69,15 @@ def cpus(text: str) -> list[int]:
 
 
 @contextlib.contextmanager
-def event_sources(n: int, server_cpus: list[int], log_dir: Path) -> Iterator[str]:
-    """`n` event-source processes on one port, spread over `server_cpus`."""
+def event_sources(n: int, server_cpus: list[int], log_dir: Path, shape: tuple[str, ...] = ()) -> Iterator[str]:
+    """`n` event-source processes on one port, spread over `server_cpus`; `shape`: their stream options."""
     procs: list[subprocess.Popen[str]] = []
     port = 0
     try:
         for k in range(n):
             cpu = server_cpus[k % len(server_cpus)]
             p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "event_source.py"), "--port", str(port),
-                                  "--log-dir", str(log_dir), "--reuse-port", "--cpu", str(cpu)],
+                                  "--log-dir", str(log_dir), "--reuse-port", "--cpu", str(cpu), *shape],
                                  stdout=subprocess.PIPE, text=True)
             procs.append(p)
             line = p.stdout.readline() if p.stdout else ""
@@ -84,13 +92,16 @@ def event_sources(n: int, server_cpus: list[int], log_dir: Path) -> Iterator[str
             p.wait(30)
 
 
-def truth(log_dir: Path) -> dict[str, list[int]]:
+def truth(log_dir: Path) -> tuple[dict[str, list[int]], dict[str, list[int | None]]]:
+    """Per request id: each event's time just before its write, and just after it (None: buffered)."""
     out: dict[str, list[int]] = {}
+    done: dict[str, list[int | None]] = {}
     for f in log_dir.glob("truth-*.jsonl"):
         for line in f.read_text().splitlines():
             d = json.loads(line)
             out[d["request_id"]] = d["send_ns"]
-    return out
+            done[d["request_id"]] = d.get("done_ns") or [None] * len(d["send_ns"])
+    return out, done
 
 
 def profile_doc(url: str, streams: int, per_stream: int, workers: int, out: Path) -> dict[str, Any]:
@@ -135,11 +146,11 @@ class TreeCpu:
 
 
 def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: list[int], client_cpus: list[int],
-        prof: bool = False) -> dict[str, Any]:
+        prof: bool = False, shape: tuple[str, ...] = ()) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_p = Path(tmp)
         (tmp_p / "truth").mkdir()
-        with event_sources(sources, server_cpus, tmp_p / "truth") as url:
+        with event_sources(sources, server_cpus, tmp_p / "truth", shape) as url:
             p = tmp_p / "p.yaml"
             p.write_text(yaml.safe_dump(profile_doc(url, streams, per_stream, workers, tmp_p / "out")))
             cmd = [sys.executable, "-m", "loadgate", "run", "-q", "--unverified", str(p)]
@@ -153,7 +164,7 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
             _, err = proc.communicate()
             tree.stop()
             wall = time.perf_counter() - t0
-        sent = truth(tmp_p / "truth")
+        sent, written = truth(tmp_p / "truth")
         d = tmp_p / "out" / "r"
         meta = load_json(d / "meta.json")
         summary = load_json(d / "summary.json")
@@ -161,6 +172,8 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
         health = load_json(d / "health.json")
         t0_ns = meta["t0_ns"]
         delays, bounds = [], []
+        violations = unknown = 0
+        examples: list[str] = []
         why: dict[str, list[float]] = {"first": [], "middle": [], "last": []}  # bounded chunks: send gap to next
         first, last = None, 0
         for r in read_records(d / "records.jsonl"):
@@ -172,6 +185,17 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
             last = max(last, t0_ns + r.end_ns)
             delays += [(start + got - t) / 1e6 for got, t in zip(r.chunk_ns, s, strict=False)]
             bounds += [b / 1e6 for b in r.chunk_early_ns]
+            for got, b, w in zip(r.chunk_ns, r.chunk_early_ns, written[f"r-L{streams}-{r.i}"], strict=False):
+                if w is None:
+                    unknown += 1
+                elif start + got - w > b:  # stated earliest arrival later than the write had returned
+                    violations += 1
+                    if len(examples) < 8:
+                        j = r.chunk_ns.index(got)
+                        examples.append(f"request {r.i} chunk {j}/{len(r.chunk_ns)}: bound {b / 1e6:.3f} ms, stamp - "
+                                        f"write returned {(start + got - w) / 1e6:.3f} ms, stamp - write began "
+                                        f"{(start + got - s[j]) / 1e6:.3f} ms, "
+                                        f"{'busy' if r.chunk_busy and j in r.chunk_busy else 'not busy'}")
             for j, b in enumerate(r.chunk_early_ns):
                 if b > 0:
                     pos = "first" if j == 0 else "last" if j == len(r.chunk_early_ns) - 1 else "middle"
@@ -191,6 +215,10 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
                "decode_cpu_per_1k": 1000 * decode_cpu / ev, "wall": wall, "code": proc.returncode,
                "outcome": verdict["outcome"],
                "stated_bound": ((level.get("client_health") or {}).get("stamp_bound") or {}).get("stated_p99_ms"),
+               "violations": violations, "unknown": unknown, "examples": examples,
+               "busy_fraction": ((level.get("client_health") or {}).get("stamp_bound") or {}).get("busy_fraction"),
+               "quiet_p99": ((level.get("client_health") or {}).get("stamp_bound") or {}).get("quiet_p99_ms"),
+               "invalid": level.get("invalid") or [],
                "stderr": err[-300:],
                "bounded": {k: (len(v), float(np.nanmedian(v)) if len(v) and not np.isnan(v).all() else None)
                            for k, v in why.items()}}
@@ -208,7 +236,13 @@ def median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for k in ("bound_p99", "stated_bound"):
         vals = [r[k] for r in runs if r[k] is not None]
         out[k] = float(np.median(vals)) if vals else None
+    for k in ("busy_fraction", "quiet_p99"):
+        vals = [r[k] for r in runs if r.get(k) is not None]
+        out[k] = float(np.median(vals)) if vals else None
     out["outcomes"] = sorted({f"{r['outcome']} (exit {r['code']})" for r in runs})
+    out["violations_each"] = [r["violations"] for r in runs]
+    out["unknown"] = sum(r["unknown"] for r in runs)
+    out["invalid"] = sorted({m for r in runs for m in r["invalid"]})
     out["reps"] = len(runs)
     return out
 
@@ -221,6 +255,16 @@ def show(r: dict[str, Any]) -> None:
           f"CPU {r['cpu_per_1k']:.4f} s/1000 ev (window {r['window_cpu_per_1k']:.4f} + decoding "
           f"{r['decode_cpu_per_1k']:.4f})  verdict {', '.join(r.get('outcomes') or [r['outcome']])}  "
           f"({r['events']:,} events, median of {r['reps']})", flush=True)
+    tight = r["stated_bound"] is None or r["stated_bound"] <= 3 * r["p99"] + 0.2
+    cause = "n/a" if r.get("busy_fraction") is None else \
+        f"{r['busy_fraction']:.2%} of chunks bounded while the loop was busy, the others' p99 {r['quiet_p99']:.3f} ms"
+    buffered = f" ({r['unknown']} events left buffered: not judged)" if r.get("unknown") else ""
+    print(f"      bound violations (stamp - write returned > bound) per run: {r.get('violations_each')}{buffered}; "
+          f"stated p99 <= 3 x delay p99 + 0.2 ms: {'yes' if tight else 'NO'}; cause: {cause}")
+    for m in r.get("invalid") or []:
+        print(f"      INVALID: {m}")
+    for e in r.get("examples") or []:
+        print(f"      violation: {e}")
     if r.get("bounded") and any(n for n, _ in r["bounded"].values()):
         print("      chunks given a bound, by position (count, median send gap to the next chunk ms): "
               + ", ".join(f"{k} {n} ({'n/a' if g is None else f'{g:.3f}'})" for k, (n, g) in r["bounded"].items()))
@@ -240,14 +284,24 @@ def main() -> None:
     ap.add_argument("--scale", action="store_true",
                     help="per worker count, double the streams until delay p99 > 1 ms; report the last rate, "
                          "and the last one loadgate judged valid")
+    ap.add_argument("--burst", action="store_true",
+                    help="llama-server's shape: 4 one-token events per write every 8 ms")
+    ap.add_argument("--events-per-write", type=int, help="events per write (default 1; --burst: 4)")
+    ap.add_argument("--tokens-per-chunk", type=int, help="tokens per event (default 3; --burst: 1)")
+    ap.add_argument("--step-ms", type=float, help="ms between writes of one stream (default 20; --burst: 8)")
     a = ap.parse_args()
     sc, cc = cpus(a.server_cpus), cpus(a.client_cpus)
+    per_write = a.events_per_write or (4 if a.burst else 1)
+    per_chunk = a.tokens_per_chunk or (1 if a.burst else 3)
+    step = a.step_ms or (8.0 if a.burst else 20.0)
+    shape = ("--events-per-write", str(per_write), "--tokens-per-chunk", str(per_chunk), "--step-ms", str(step))
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"event source(s) {a.sources} on CPUs {sc}, loadgate on CPUs {cc}; 50 events/s per stream, "
-          f"3-token chunks, 60 tokens per request, {a.per_stream} requests per stream")
+          f"event source(s) {a.sources} on CPUs {sc}, loadgate on CPUs {cc}; a write every {step:g} ms per stream "
+          f"carrying {per_write} event(s) of {per_chunk} token(s), 60 tokens per request, "
+          f"{a.per_stream} requests per stream")
     if a.profile:
         for n in a.streams:
-            r = one(n, a.workers[0], a.per_stream, a.sources, sc, cc, prof=True)
+            r = one(n, a.workers[0], a.per_stream, a.sources, sc, cc, prof=True, shape=shape)
             show({**r, "reps": 1})
             print(r["profile"])
         return
@@ -256,7 +310,7 @@ def main() -> None:
         for w in a.workers:
             n, best, valid = 64 * w, None, None
             while n <= a.max_streams:
-                r = median([one(n, w, a.per_stream, a.sources, sc, cc) for _ in range(a.reps)])
+                r = median([one(n, w, a.per_stream, a.sources, sc, cc, shape=shape) for _ in range(a.reps)])
                 show(r)
                 if r["p99"] > 1.0 or r["code"] not in (0, 11, 30):
                     break
@@ -280,7 +334,7 @@ def main() -> None:
     for _ in range(a.reps):  # interleaved: drift hits every configuration alike
         for w in a.workers:
             for n in a.streams:
-                results.setdefault((n, w), []).append(one(n, w, a.per_stream, a.sources, sc, cc))
+                results.setdefault((n, w), []).append(one(n, w, a.per_stream, a.sources, sc, cc, shape=shape))
     for runs in results.values():
         show(median(runs))
 

@@ -1,8 +1,13 @@
 """A cheap server with a known schedule, for measuring clients: an OpenAI completions stream whose
 first chunk leaves `ttft_ms` after the request and every next one on the next tick of a global
-clock (`step_ms`), `tokens_per_chunk` tokens each, until `max_tokens`. Every send time is logged
-(perf_counter_ns, the system-wide monotonic clock the client stamps with) and written, per
-process, to `<log_dir>/truth-<pid>.jsonl` when the process gets SIGTERM.
+clock (`step_ms`), `tokens_per_chunk` tokens each, until `max_tokens`. With `--events-per-write K`
+each tick writes K such events in one write (llama-server's shape under speculation: a verify
+step's accepted tokens as one event each, sent together; vLLM's is one event with several tokens).
+Every event's send time is logged (perf_counter_ns, the system-wide monotonic clock the client
+stamps with) twice: just before its write (`send_ns`) and just after it (`done_ns`; null when the
+write was left in the transport's buffer, so the bytes went later), and written, per process, to
+`<log_dir>/truth-<pid>.jsonl` when the process gets SIGTERM. On loopback the kernel stamps a
+packet inside the sender's write, so an event's arrival at the client's socket lies between the two.
 
 Several processes can serve one port (`--reuse-port`): the kernel spreads connections over them.
 Why not the simulator: one simulator process tops out at ~70-78k events/s with its model and
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -27,25 +33,44 @@ READY = "event source listening on "
 
 
 class Stream:
-    __slots__ = ("transport", "rid", "left", "sends", "due_ns")
+    __slots__ = ("transport", "rid", "left", "sends", "dones", "due_ns")
 
     def __init__(self, transport: asyncio.Transport, rid: str, tokens: int, due_ns: int) -> None:
-        self.transport, self.rid, self.left, self.sends, self.due_ns = transport, rid, tokens, [], due_ns
+        self.transport, self.rid, self.left, self.due_ns = transport, rid, tokens, due_ns
+        self.sends: list[int] = []
+        self.dones: list[int | None] = []
 
 
 class Source:
-    def __init__(self, step_ms: float, ttft_ms: float, per_chunk: int) -> None:
+    def __init__(self, step_ms: float, ttft_ms: float, per_chunk: int, per_write: int = 1) -> None:
         self.step_ns, self.ttft_ns, self.per_chunk = int(step_ms * 1e6), int(ttft_ms * 1e6), per_chunk
+        self.per_write = per_write
         self.live: list[Stream] = []
         self.done: list[Stream] = []
 
+    def burst(self, s: Stream) -> tuple[bytes, int]:
+        """The next write of stream `s`: up to `per_write` events (fewer at its end), and how many."""
+        out, k = b"", 0
+        while s.left and k < self.per_write:
+            out += self.chunk(s)
+            k += 1
+        return out, k
+
     def chunk(self, s: Stream) -> bytes:
+        """The next event of `s`, framed as one HTTP chunk (its end too, after the last). The bytes of an
+        event depend only on the stream, its token count and whether it is the last, so they are built
+        once (`_event`): the source must stay far from saturating its core, or its kernel delivers
+        loopback packets late (softirq work deferred on a busy CPU) and the client sees bursts it did
+        not cause."""
         n = min(self.per_chunk, s.left)
         s.left -= n
-        last = s.left == 0
+        return self._event(s.rid, n, s.left == 0)
+
+    @functools.lru_cache(maxsize=8192)  # noqa: B019 - one Source per process, for its whole life
+    def _event(self, rid: str, n: int, last: bool) -> bytes:
         choice = {"index": 0, "text": " w" * n, "token_ids": list(range(1, n + 1)),
                   "finish_reason": "length" if last else None}
-        event = {"id": s.rid, "object": "text_completion", "model": "m", "choices": [choice]}
+        event = {"id": rid, "object": "text_completion", "model": "m", "choices": [choice]}
         data = b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
         if last:
             data += b"data: [DONE]\n\n"
@@ -65,8 +90,12 @@ class Source:
                     continue
                 if s.transport.is_closing():
                     continue
-                s.sends.append(perf_counter_ns())
-                s.transport.write(self.chunk(s))
+                data, k = self.burst(s)
+                t = perf_counter_ns()
+                s.transport.write(data)
+                after = perf_counter_ns() if not s.transport.get_write_buffer_size() else None
+                s.sends += [t] * k
+                s.dones += [after] * k
                 (keep if s.left else self.done).append(s)
             self.live = keep
 
@@ -110,7 +139,7 @@ class Conn(asyncio.Protocol):
 
 
 async def serve(a: argparse.Namespace) -> None:
-    src = Source(a.step_ms, a.ttft_ms, a.tokens_per_chunk)
+    src = Source(a.step_ms, a.ttft_ms, a.tokens_per_chunk, a.events_per_write)
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -129,7 +158,7 @@ async def serve(a: argparse.Namespace) -> None:
     log = Path(a.log_dir) / f"truth-{os.getpid()}.jsonl"
     with open(log, "w") as f:
         for s in src.done + src.live:
-            f.write(json.dumps({"request_id": s.rid, "send_ns": s.sends}) + "\n")
+            f.write(json.dumps({"request_id": s.rid, "send_ns": s.sends, "done_ns": s.dones}) + "\n")
 
 
 def main() -> None:
@@ -139,6 +168,8 @@ def main() -> None:
     ap.add_argument("--step-ms", type=float, default=20.0)
     ap.add_argument("--ttft-ms", type=float, default=50.0)
     ap.add_argument("--tokens-per-chunk", type=int, default=3)
+    ap.add_argument("--events-per-write", type=int, default=1,
+                    help="events per write (llama-server's burst shape: e.g. 4 with --tokens-per-chunk 1)")
     ap.add_argument("--reuse-port", action="store_true")
     ap.add_argument("--cpu", type=int, action="append", help="pin to this CPU (repeatable)")
     a = ap.parse_args()

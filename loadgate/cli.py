@@ -16,7 +16,44 @@ from loadgate.secrets import redact
 from loadgate.version import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+class _Commands(click.Group):
+    """The command group, with `sim` loaded only when it is run or listed with its help: it lives in
+    the simulator's package, which imports nothing of the client (and the client's commands import
+    nothing of the simulator until they start it)."""
+
+    LAZY = {"sim": ("loadgate.sim.cli", "sim", "Serve the simulated LLM engine (vLLM OpenAI routes, SGLang "
+                                                "/generate, /metrics).")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.LAZY and name not in self.commands:
+            import importlib
+
+            module, attr, _ = self.LAZY[name]
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The listing of `--help`: a lazy command's one line is kept here, so listing loads nothing."""
+        rows = []
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        for name in names:
+            if name in self.LAZY and name not in self.commands:
+                text = self.LAZY[name][2]
+                rows.append((name, text if len(text) <= limit else text[:limit - 3].rsplit(" ", 1)[0] + "..."))
+                continue
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
 @click.version_option(__version__, prog_name="loadgate")
 def cli() -> None:
@@ -114,15 +151,6 @@ def compare(runs: tuple[str, ...], fmt: str) -> None:
     """Compare saved runs: RUN_A is the baseline, each further RUN is compared with it (p50/p99 side by
     side, ratios and intervals); a single A/B run folder compares its own baseline and candidate runs."""
     commands.compare(runs, fmt)
-
-
-def _add_optional_commands() -> None:
-    from loadgate.sim.cli import sim
-
-    cli.add_command(sim)
-
-
-_add_optional_commands()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

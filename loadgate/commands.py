@@ -12,17 +12,17 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import orjson
 
-from loadgate import runs
-from loadgate.config.profile import load_profile, profile_json_schema
 from loadgate.errors import FingerprintsDiffer, LoadgateError, UsageError
-from loadgate.load.plan import trace_of
-from loadgate.report.views import render_compare, render_judgement, render_run, write_report_html
-from loadgate.runs import RunResult, Tick
-from loadgate.verdict import Verdict
+
+# Each command imports the stages it uses when it runs (`loadgate --help` and a profile error need
+# none of them; aiohttp, numpy and scipy cost ~0.4 s and ~0.8 s to import on the 2-core machine).
+if TYPE_CHECKING:
+    from loadgate.runs import ProgressFactory, RunResult, Tick
+    from loadgate.verdict import Verdict
 
 
 class VerdictError(LoadgateError):
@@ -42,12 +42,15 @@ def _raise_for(v: Verdict) -> None:
         raise VerdictError(v)
 
 
-def progress_bar(show: bool) -> runs.ProgressFactory:
+def progress_bar(show: bool) -> ProgressFactory:
     """A tqdm bar on stderr (none when `show` is false or stderr is no terminal)."""
     @contextlib.contextmanager
     def factory(total: int, label: str) -> Iterator[Tick]:
         from tqdm import tqdm
 
+        # no monitor thread: a thread waking to take the interpreter lock during a phase would make
+        # the load loop block outside its poll (see `loadgate.load.turns`)
+        tqdm.monitor_interval = 0
         with tqdm(total=total, desc=label, unit="req", file=sys.stderr, disable=None if show else True,
                   leave=False) as bar:
             yield bar.update
@@ -55,6 +58,9 @@ def progress_bar(show: bool) -> runs.ProgressFactory:
 
 
 def validate(profile: str) -> None:
+    from loadgate.config.profile import load_profile
+    from loadgate.load.plan import trace_of
+
     p = load_profile(profile)
     p.check_files()
     if p.workload.trace is not None:
@@ -69,10 +75,16 @@ def validate(profile: str) -> None:
 
 
 def schema() -> None:
+    import orjson
+
+    from loadgate.config.profile import profile_json_schema
+
     say(orjson.dumps(profile_json_schema(), option=orjson.OPT_INDENT_2).decode())
 
 
 def _html_line(result: RunResult) -> str:
+    from loadgate.report.views import write_report_html
+
     try:
         return f"report: {write_report_html(result.run_dir, result.judgement)}"
     except UsageError as e:
@@ -81,6 +93,10 @@ def _html_line(result: RunResult) -> str:
 
 def run(profile: str, *, quiet: bool, unverified: bool, html: bool = False) -> None:
     """`loadgate run`: the check's report as it runs, then the judged run, paths, and the verdict."""
+    from loadgate import runs
+    from loadgate.config.profile import load_profile
+    from loadgate.report.views import render_judgement
+
     result = runs.run(load_profile(profile), unverified=unverified, say=say, progress=progress_bar(not quiet))
     j, d = result.judgement, result.run_dir
     say(render_judgement(d, j, "table", exactness=False))
@@ -94,14 +110,23 @@ def run(profile: str, *, quiet: bool, unverified: bool, html: bool = False) -> N
 
 
 def check(profile: str) -> None:
+    from loadgate import runs
+    from loadgate.config.profile import load_profile
+
     runs.check(load_profile(profile), say=say)
 
 
 def baseline(profile: str, out: str) -> None:
+    from loadgate import runs
+    from loadgate.config.profile import load_profile
+
     say(str(runs.capture_baseline(load_profile(profile), Path(out))))
 
 
 def fingerprint(profile: str, against: str | None) -> None:
+    from loadgate import runs
+    from loadgate.config.profile import load_profile
+
     try:
         say(runs.fingerprint(load_profile(profile), against))
     except FingerprintsDiffer as e:  # the fields on stdout, the verdict's one line on stderr
@@ -110,11 +135,15 @@ def fingerprint(profile: str, against: str | None) -> None:
 
 
 def replay(bundle: str, endpoint: str | None, times: int, concurrency: int = 1) -> None:
+    from loadgate import runs
+
     runs.replay(bundle, endpoint, times, say=say, concurrency=concurrency)
 
 
 def report(run_dir: str, fmt: str, html: bool) -> None:
     """`loadgate report`: the run judged again from its files; exits with the verdict's code."""
+    from loadgate.report.views import render_run
+
     r = render_run(Path(run_dir), fmt, html=html)
     say(r.text)
     if r.note:
@@ -126,4 +155,6 @@ def report(run_dir: str, fmt: str, html: bool) -> None:
 
 
 def compare(run_dirs: tuple[str, ...], fmt: str) -> None:
+    from loadgate.report.views import render_compare
+
     say(render_compare([Path(r) for r in run_dirs], fmt))

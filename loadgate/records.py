@@ -6,8 +6,8 @@ run. All times are integer nanoseconds of `time.perf_counter_ns()` relative to t
 `t0_ns` (kept in `meta.json`). In memory a record is a `Record`; on disk it is that dataclass's
 fields as JSON, in order.
 
-Schema version 3 — fields of one record:
-  v                  schema version (3)
+Schema version 4 — fields of one record:
+  v                  schema version (4)
   i                  index in the request plan (warmup requests first)
   warmup             true for warmup requests (excluded from every figure)
   level              the load level this request belongs to: concurrency (closed loop) or rate
@@ -31,6 +31,13 @@ Schema version 3 — fields of one record:
                      stamp is its arrival; more when one read carried several chunks: the bound
                      between the read before and this one; new in v3); empty in records
                      without it (v1, v2)
+  chunk_busy         indices of the chunks whose bound was set while the client was behind: its
+                     loop busy (the read's turn followed the last one without sleeping) or its
+                     wake held up (woken from an idle poll later than its CPU and run-queue time
+                     explain); their bound reaches back to the loop's poll two turns back. The
+                     other bounded chunks were read in a turn that woke from an idle poll, bounded
+                     by its measured wake latency (`loadgate.load.turns`)
+                     (new in v4; null when read from an older record: the cause is unknown)
   token_source       where chunk token counts came from: ids, usage, meta_info, logprobs,
                      one_per_chunk
   finish_reason      as the engine said it (normalized to "length" / "stop" where possible)
@@ -43,9 +50,10 @@ Schema version 3 — fields of one record:
   spec               null or {source, verify_steps, draft_tokens, accepted,
                      reported_acceptance_length}
 
-Version 2 had the same fields less `chunk_early_ns` and the limit error kinds (read as no bound).
+Version 3 had the same fields less `chunk_busy` (read as null: the cause is unknown).
+Version 2 had the same fields as 3 less `chunk_early_ns` and the limit error kinds (read as no bound).
 Version 1 as version 2, except that `new_connection` was absent from files written before it was
-added (read as null). `read_records` reads all three.
+added (read as null). `read_records` reads all four.
 """
 
 from __future__ import annotations
@@ -62,8 +70,8 @@ import orjson
 from loadgate.errors import ResultsNotWritten, UsageError
 from loadgate.secrets import redact_bytes
 
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +113,7 @@ class Record:
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     chunk_early_ns: list[int] = field(default_factory=list)
+    chunk_busy: list[int] | None = None  # None: a record older than v4 (the cause is unknown)
     token_source: str = "one_per_chunk"
     finish_reason: str | None = None
     stamp: str = "user"
@@ -132,7 +141,7 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
-        """A record from its JSON object (schema v1, v2 or v3); KeyError/TypeError on a wrong shape."""
+        """A record from its JSON object (schema v1 to v4); KeyError/TypeError on a wrong shape."""
         err, spec = d.get("error"), d.get("spec")
         fields = {k: d[k] for k in _FIELDS if k in d}
         fields["v"] = SCHEMA_VERSION
@@ -158,13 +167,18 @@ def _check_types(f: dict[str, Any]) -> None:
         bad.append("warmup")
     if not isinstance(f.get("level"), int | float) or isinstance(f.get("level"), bool):
         bad.append("level")
-    for k in ("chunk_ns", "chunk_tokens", "chunk_early_ns"):
-        if not isinstance(f.get(k, []), list) or not all(_is_int(x) for x in f.get(k, [])):
+    for k in ("chunk_ns", "chunk_tokens", "chunk_early_ns", "chunk_busy"):
+        v = f.get(k, [])
+        if v is None and k == "chunk_busy":
+            continue  # written as unknown
+        if not isinstance(v, list) or not all(_is_int(x) for x in v):
             bad.append(k)
     if not bad and len(f.get("chunk_ns", [])) != len(f.get("chunk_tokens", [])):
         bad.append("chunk_tokens (not one per chunk)")
     if not bad and f.get("chunk_early_ns") and len(f["chunk_early_ns"]) != len(f.get("chunk_ns", [])):
         bad.append("chunk_early_ns (not one per chunk)")
+    if not bad and any(not 0 <= j < len(f.get("chunk_ns", [])) for j in f.get("chunk_busy") or []):
+        bad.append("chunk_busy (an index past the chunks)")
     if bad:
         raise ValueError(f"wrong type for {bad[0]}")
 
@@ -266,7 +280,7 @@ class Damage:
 
 
 def read_records(path: Path, *, include_warmup: bool = False, damage: Damage | None = None) -> Iterator[Record]:
-    """Yield records from a records.jsonl (schema v1 or v2), skipping warmup ones unless asked.
+    """Yield records from a records.jsonl (schema v1 to v4), skipping warmup ones unless asked.
 
     With `damage`, a line that cannot be read is counted there and skipped, and so is a last line
     cut short; without, such a line is a UsageError naming it (a cut last line still ends the

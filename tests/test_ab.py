@@ -10,6 +10,7 @@ import orjson
 import pytest
 import yaml
 
+from loadgate.analysis.summary import build_summary
 from loadgate.cli import main
 from loadgate.jsonutil import load_json
 from tests.profiles import LAX_HEALTH, tiny_corpus
@@ -67,6 +68,11 @@ def test_a_slower_candidate_is_reported_regressed_and_exits_21(tmp_path, capsys)
     comp = load_json(tmp_path / "out" / "slow" / "comparison.json")
     f = comp["levels"]["4"]["figures"]["output_throughput"]
     assert f["decision"] == "regressed" and f["ratio"] < 0.9 and f["interval"][1] < 1
+    # each side's stamp bound, the worst of its five runs, is printed beside the comparison
+    worst = {side: max(build_summary(tmp_path / "out" / "slow" / f"{side}{i}").levels["4"].client_health
+                       .stamp_bound["stated_p99_ms"] for i in range(1, 6)) for side in "AB"}
+    assert (f"level 4 stamps, stated bound p99 of the worst run: baseline {worst['A']:.3f} ms (5 runs; " in out
+            and f"candidate {worst['B']:.3f} ms (5 runs; " in out)
 
 
 def _verdict_part(out: str) -> list[str]:

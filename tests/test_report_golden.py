@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from loadgate.cli import main
-from loadgate.records import read_records
+from loadgate.records import SCHEMA_VERSION, read_records
 
 RUNS = Path(__file__).parent / "data" / "runs-v1"
 GOLDEN = RUNS / "golden"
@@ -53,7 +53,7 @@ def test_the_fixtures_are_schema_v1_runs():
     line = (RUNS / "single" / "records.jsonl").read_bytes().split(b"\n", 1)[0]
     assert line.startswith(b'{"v":1,')
     recs = list(read_records(RUNS / "single" / "records.jsonl", include_warmup=True))
-    assert len(recs) == 34 and all(r.v == 3 for r in recs)  # read into today's Record
+    assert len(recs) == 34 and all(r.v == SCHEMA_VERSION for r in recs)  # read into today's Record
 
 
 @pytest.mark.parametrize("run", ["single", "failing", "sweep", "openloop", "ab"])
@@ -81,7 +81,7 @@ def test_a_version_1_summary_json_is_read_into_todays_summary():
     assert "summary_version" not in old
     s = Summary.from_json(old)
     again = build_summary(RUNS / "single")
-    assert s.summary_version == again.summary_version == SUMMARY_VERSION == 3
+    assert s.summary_version == again.summary_version == SUMMARY_VERSION == 4
     assert s.levels["4"].metrics == again.levels["4"].metrics
     assert s.levels["4"].token_counts.prompt_mismatches == again.levels["4"].token_counts.prompt_mismatches == 0
     assert Summary.from_json(again.to_json()) == again  # today's round-trips
@@ -110,9 +110,32 @@ def test_a_version_2_run_folder_is_read_and_reported(capsys):
     assert again.levels["16"].client_health.stamp_bound is None  # v2 records carry no bound
     assert (run / "records.jsonl").read_bytes().startswith(b'{"v":2,')
     recs = list(read_records(run / "records.jsonl", include_warmup=True))
-    assert len(recs) == 56 and all(r.v == 3 and r.chunk_early_ns == [] for r in recs)
+    assert len(recs) == 56 and all(r.v == SCHEMA_VERSION and r.chunk_early_ns == [] for r in recs)
     assert main(["report", str(run)]) == 0
     assert "outcome: PASSED (exit 0)" in capsys.readouterr().out
+
+
+def test_a_version_3_run_folder_is_read_and_reported_with_the_cause_of_its_bounds_unknown(capsys):
+    """A run folder written by record v3 / summary v3 (per-chunk bounds without their cause): its
+    summary reads into today's, its records read with `chunk_busy` unknown (None), the rebuilt stamp
+    bound has no cause fields, and `report` judges it PASSED (exit 0) as that version did."""
+    from loadgate.analysis.summary import Summary, build_summary
+    from loadgate.jsonutil import load_json
+
+    run = RUNS.parent / "runs-v3" / "single"
+    old = load_json(run / "summary.json")
+    assert old["summary_version"] == 3 and "busy_fraction" not in old["levels"]["16"]["client_health"]["stamp_bound"]
+    s = Summary.from_json(old)
+    again = build_summary(run)
+    assert s.levels["16"].metrics == again.levels["16"].metrics and again.levels["16"].succeeded == 40
+    sb = again.levels["16"].client_health.stamp_bound
+    assert sb is not None and sb["busy_fraction"] is None and sb["quiet_p99_ms"] is None
+    assert (run / "records.jsonl").read_bytes().startswith(b'{"v":3,')
+    recs = list(read_records(run / "records.jsonl", include_warmup=True))
+    assert len(recs) == 56 and all(r.chunk_busy is None and len(r.chunk_early_ns) == len(r.chunk_ns) for r in recs)
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "outcome: PASSED (exit 0)" in out and "while the client was behind" not in out
 
 
 def test_a_version_2_run_whose_loop_lagged_stays_invalid(tmp_path, capsys):

@@ -121,3 +121,31 @@ def test_sglang_spec_fields_count_verify_passes_and_include_the_prefill_token() 
     assert meta["spec_accept_length"] == 30 / meta["spec_verify_ct"]
     assert meta["spec_num_correct_drafts"] == 30 - 1 - meta["spec_verify_ct"]
     assert info["internal_states"][0]["avg_spec_accept_length"] == meta["spec_accept_length"]
+
+
+def test_the_per_token_shape_sends_the_same_tokens_one_event_each_a_step_in_one_write() -> None:
+    """`stream_events: per_token` (llama-server's shape): every event carries one token, the ids and
+    text are those of the per_step shape, and the truth log stamps the events of one step (one write)
+    at one time, the stream's end with its last step."""
+    spec = SpeculativeConfig(method="draft_model", k=4)
+    _, _, per_step = run_batch(spec)
+
+    async def go(sim: RunningSim, s: aiohttp.ClientSession) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+        results = await asyncio.gather(*(post_stream(s, sim.url + URL, req(i, n)) for i, n in enumerate(LENGTHS)))
+        return [ev for _, ev in results], [t.to_dict() for t in sim.truth.records]
+
+    per_token, truth = serve(fast_cfg(fixed_step_us=1000, speculative=spec, stream_events="per_token"), go)
+    assert [completion_ids(e) for e in per_token] == [completion_ids(e) for e in per_step]
+    def texts(runs: list[list[Any]]) -> list[str]:
+        return ["".join(e["choices"][0]["text"] for e in ev if isinstance(e, dict) and e["choices"]) for ev in runs]
+
+    assert texts(per_token) == texts(per_step)
+    assert all(len(c) == 1 for e in per_token for c in token_chunks(e))
+    bursts = 0
+    for t in truth:
+        chunks = [c for c in t["chunks"] if c["kind"] == "tokens"]
+        times = [c["send_ns"] for c in chunks]
+        bursts += len(times) - len(set(times))  # events of one step share their write's time
+        done = [c["send_ns"] for c in t["chunks"] if c["kind"] == "done"]
+        assert done == [times[-1]]  # the end went out with the last step
+    assert bursts > 0

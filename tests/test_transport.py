@@ -269,20 +269,22 @@ def test_a_read_is_stamped_when_its_last_packet_arrived():
     assert stamps[0] - sends[0] > 30_000_000  # so the first event is stamped ~40 ms late
 
 
-def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_an_exact_end(monkeypatch):
+def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_a_tight_end(monkeypatch):
     """One engine step answers 24 streams at once, each with its last chunk and the stream's end in
-    one write. The client works through the 24 sockets in one loop turn, slowly (0.2 ms each), so
+    one write. The client works through the 24 sockets in one loop turn, slowly (0.3 ms each), so
     the later reads begin well over `LATE_READ_NS` after their packets arrived. They waited for the
-    rest of the burst, not because the loop was behind: their loop turn woke promptly, and the last
-    chunk keeps an exact stamp (a bound of the whole gap since the previous read would call a
-    perfectly timed run invalid). A second burst after an idle gap is a new turn."""
+    rest of the burst, not because the loop was behind: their loop turn woke from an idle poll, so
+    the last chunk's bound reaches back only to that wake less its measured latency, never to the
+    read 50 ms before (a bound of the whole gap since the previous read would call a perfectly timed
+    run invalid). A second burst after an idle gap is a new turn."""
     import socket
     import threading
 
     import uvloop
 
     from loadgate.load import transport
-    from loadgate.load.target import LATE_READ_NS, Raw, early_bounds, finish_socket
+    from loadgate.load.target import Raw, early_bounds, finish_socket
+    from loadgate.load.turns import resolved
 
     n = 24
     tail = chunked([b'data: {"x": 1}\n\ndata: [DONE]\n\n'])
@@ -328,7 +330,7 @@ def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_an_exact_end(monkey
         await asyncio.wait_for(asyncio.gather(*dones), 5)
         raws = []
         for c in conns:
-            raw = Raw(start_ns=c.sent_ns, socket_reads=list(c.reads), read_begin=list(c.read_begin), sent_ns=c.sent_ns)
+            raw = Raw(start_ns=c.sent_ns, socket_reads=list(c.reads), read_begin=resolved(c.read_begin), sent_ns=c.sent_ns)
             finish_socket(raw)
             raws.append(raw)
         pool.close()
@@ -341,11 +343,10 @@ def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_an_exact_end(monkey
         raws = runner.run(exchange())
     last = [(raw.end_ns, raw.read_begin[-1]) for raw in raws]
     assert all(raw.status == 200 and raw.error is None for raw in raws)
-    late = [t for t, (begin, _, _) in last if begin - t > LATE_READ_NS]
-    assert len(late) >= n // 3  # the tail of the burst was read late ...
-    wakes = {wake for _, (_, wake, _) in last}
-    assert len(wakes) <= 3  # ... in one turn (or a few, if the burst straddled a poll)
-    assert all(early_bounds(raw, [raw.end_ns]) == [0] for raw in raws)  # ... and still exact
+    # (how many turns the burst takes depends on when the server thread gets the interpreter lock)
+    wakes = {wake for _, (_, wake, *_) in last}
+    bounds = [early_bounds(raw, [raw.end_ns])[0][0] for raw in raws]
+    assert max(bounds) < 25 * 1_000_000, bounds  # bounded from the burst's turns, not the read 50 ms before
     heads = {raw.read_begin[0][1] for raw in raws}
     assert heads.isdisjoint(wakes)  # the headers' reads, 50 ms earlier, were other turns
 
@@ -354,9 +355,9 @@ def test_a_connection_without_kernel_stamps_says_its_stamps_are_user_time(monkey
     """Where the kernel gives no receive timestamp (an OS or sandbox without them), the reads are
     stamped in user space and the connection says so, so the stamp bound adds the loop's lag."""
     import socket
-    import threading
 
     from loadgate.load import transport
+    from tests.loopback import sent_to
 
     monkeypatch.setattr(transport, "SO_TIMESTAMPNS", 0x7FFF)  # no such option: setsockopt fails, no stamps
 
@@ -368,18 +369,9 @@ def test_a_connection_without_kernel_stamps_says_its_stamps_are_user_time(monkey
         c.close()
 
     async def exchange() -> str:
-        lsock = socket.create_server(("127.0.0.1", 0))
-        th = threading.Thread(target=serve, args=(lsock,), daemon=True)
-        th.start()
-        pool = Pool(f"http://127.0.0.1:{lsock.getsockname()[1]}/v1/completions")
-        c, _ = await pool.acquire()
-        done = c.begin()
-        await c.send(pool.request_bytes(b"{}", {}))
-        await asyncio.wait_for(done, 5)
-        source = c.stamp_source
-        pool.close()
-        th.join(5)
-        lsock.close()
-        return source
+        async with sent_to(serve) as c:
+            assert c.done is not None
+            await asyncio.wait_for(c.done, 5)
+            return c.stamp_source
 
     assert asyncio.run(exchange()) == "user"

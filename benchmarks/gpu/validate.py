@@ -71,6 +71,40 @@ def declared(name: str, slots: int, spec: bool, dtype: str) -> dict[str, str]:
     return d
 
 
+def stamps(ab_dir: Path) -> dict[str, Any]:
+    """Each A/B side's stamp bound from its runs' summaries: the worst stated p99 and the share of
+    chunks that shared a read (min and max over the runs)."""
+    out: dict[str, Any] = {}
+    for side in ("A", "B"):
+        sbs = []
+        for d in sorted(ab_dir.glob(f"{side}[0-9]*")):
+            if (d / "summary.json").exists():
+                for lv in json.loads((d / "summary.json").read_text())["levels"].values():
+                    if (lv.get("client_health") or {}).get("stamp_bound"):
+                        sbs.append(lv["client_health"]["stamp_bound"])
+        if sbs:
+            out[side] = {"stated_p99_ms_worst": max(sb["stated_p99_ms"] for sb in sbs),
+                         "shared_read_fraction": [min(sb["shared_read_fraction"] for sb in sbs),
+                                                  max(sb["shared_read_fraction"] for sb in sbs)],
+                         "runs": len(sbs)}
+    return out
+
+
+def exit_line(name: str, r: dict[str, Any]) -> str:
+    """One configuration's exit codes, e.g. `spec-solo: near-tie-tolerant exit 0, bit-exact exit 10,
+    performance exit 21 (regressed); 61.2 s`."""
+    parts = []
+    for step in ("near-tie-tolerant", "bit-exact", "performance"):
+        if step in r:
+            verdict = r[step].get("verdict")
+            parts.append(f"{step} exit {r[step]['exit']}" + (f" ({verdict})" if verdict else ""))
+    st = (r.get("performance") or {}).get("stamps") or {}
+    words = "".join(f"; {('baseline', 'candidate')[k == 'B']} stamps p99 <= {v['stated_p99_ms_worst']:.3f} ms, "
+                    f"{v['shared_read_fraction'][0]:.1%}-{v['shared_read_fraction'][1]:.1%} of chunks shared a read"
+                    for k, v in st.items())
+    return f"{name}: {', '.join(parts)}{words}; {r.get('s', 0):.1f} s"
+
+
 def loadgate(*args: str, log: Path) -> int:
     with open(log, "w") as f:
         return subprocess.run([sys.executable, "-m", "loadgate", *args], stdout=f, stderr=subprocess.STDOUT,
@@ -129,6 +163,7 @@ def main() -> None:
         code = loadgate("baseline", str(p), "--out", str(work / "baselines"), log=logs / "baseline.txt")
         bfile = (logs / "baseline.txt").read_text().strip().splitlines()[-1]
         results["baseline"] = {"exit": code, "file": bfile, "s": round(time.monotonic() - t0, 1)}
+        print(f"baseline: exit {code}; {results['baseline']['s']:.1f} s", flush=True)
         if code != 0:
             raise SystemExit(f"baseline failed: {(logs / 'baseline.txt').read_text()[-2000:]}")
         for name, (slots, spec, scen) in configs.items():
@@ -156,6 +191,7 @@ def main() -> None:
                                 out=work / "runs", name=run_id, requests=24 if a.quick else 32,
                                 osl=32 if a.quick else 96)
                     r["performance"] = {"exit": loadgate("run", "-q", str(p), log=logs / f"{run_id}.txt")}
+                    r["performance"]["stamps"] = stamps(work / "runs" / run_id)
                     comp = work / "runs" / run_id / "comparison.json"
                     if comp.exists():
                         c = json.loads(comp.read_text())
@@ -165,10 +201,13 @@ def main() -> None:
             r["s"] = round(time.monotonic() - t, 1)
             results["configs"][name] = r
             (a.out / "results.json").write_text(json.dumps(results, indent=2))
-            print(f"{name}: {json.dumps({k: (v.get('exit') if isinstance(v, dict) else v) for k, v in r.items()})}",
-                  flush=True)
+            print(exit_line(name, r), flush=True)
     results["total_s"] = round(time.monotonic() - t0, 1)
     (a.out / "results.json").write_text(json.dumps(results, indent=2))
+    broken = [f"{name} {step}" for name, r in results["configs"].items() for step, v in r.items()
+              if isinstance(v, dict) and v.get("exit") in (1, 2)]
+    if broken:  # loadgate itself failed (an internal or usage error), not the engine: the pipeline failed
+        raise SystemExit(f"loadgate failed (exit 1 or 2) in: {', '.join(broken)}; see logs/")
 
 
 if __name__ == "__main__":

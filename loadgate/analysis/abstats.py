@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats as sps
 
 from loadgate.analysis import figures as registry
 from loadgate.analysis.figures import Figure, ab_figures, ab_path, read_path
@@ -103,6 +102,8 @@ def compare_figure(name: str, a: Sequence[float | None], b: Sequence[float | Non
     rng = np.random.default_rng(seed)
     if av.size < 2 or bv.size < 2:
         return FigureComparison(name, av.tolist(), bv.tolist(), ratio, None, None, None, "single run", higher)
+    from scipy import stats as sps  # here, not at import: every command would pay ~0.8 s for it
+
     ci = _bootstrap_ratio(av, bv, n_boot, confidence, rng)
     p_mw = float(sps.mannwhitneyu(av, bv, alternative="two-sided", method="auto").pvalue)
     p_t = None

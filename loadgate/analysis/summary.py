@@ -237,8 +237,13 @@ def merge_health(parts: list[dict[str, Any]], schedule: dict[str, float | None] 
                         schedule_lag_ms=schedule)
 
 
-SUMMARY_VERSION = 3
-"""3: each level's `client_health` states the stamp bound (`stamp_bound`: the p99 of every chunk's
+SUMMARY_VERSION = 4
+"""4: each level's `client_health.stamp_bound` names the cause of the bounds: `busy_fraction` (the
+share of chunks bounded while the client was behind: its loop busy, or its wake held up) and `quiet_p99_ms` (the p99 without them),
+null where the records are older than record v4; `shared_read_fraction` is now the share of chunks
+whose read held another chunk (from the stamps) and `bounded_fraction` the share given a bound (a
+read of one TCP segment is exact). Version 3 files read the same, the new fields absent.
+3: each level's `client_health` states the stamp bound (`stamp_bound`: the p99 of every chunk's
 bound and how many chunks had one), `warnings` (budgets exceeded that do not invalidate) and the
 client's CPU seconds (`cpu_s` over the window, `decode_cpu_s` after it); each level's
 `prefix_cache` (the server's cache hits of the window's prompt tokens) and the contamination
@@ -279,7 +284,7 @@ class Summary:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Summary:
-        """From a summary.json of version 1, 2 or 3."""
+        """From a summary.json of version 1 to 4."""
         return cls(d["run_id"], d["loadgate"], d["model"], d["api"], d.get("load", "concurrency"),
                    {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
                    d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"),

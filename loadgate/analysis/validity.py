@@ -32,8 +32,14 @@ def schedule_lag(records: list[Record]) -> dict[str, float | None] | None:
 
 def stamp_bound(records: list[Record], loop_lag_p99_ms: float | None) -> dict[str, Any] | None:
     """The stamp-error bound over the chunks of successful requests: p50/p99/max of the per-chunk
-    bound (ms), the share of chunks that shared a read, and `stated_p99_ms` (with the loop's lag
-    added where stamps are taken in user space). None for records that carry no bound (v1)."""
+    bound (ms), the share of chunks that shared a read with another chunk (`shared_read_fraction`,
+    from the stamps) and of those given a bound (`bounded_fraction`: a shared read that was not one
+    TCP segment, or a last chunk read late with the stream's end), `stated_p99_ms` (with the loop's
+    lag added where stamps are taken in user space),
+    and the cause where the records say it (v4): the share of chunks bounded while the client's
+    loop was busy (`busy_fraction`) and the p99 the others alone would give (`quiet_p99_ms`: those
+    read in turns that woke from an idle poll, bounded by the measured wake latency). None for
+    records that carry no bound (v1, v2)."""
     ok = [r for r in records if r.succeeded and r.chunk_ns]
     if not ok or not any(r.chunk_early_ns for r in ok):
         return None
@@ -41,9 +47,41 @@ def stamp_bound(records: list[Record], loop_lag_p99_ms: float | None) -> dict[st
     user = sum(1 for r in ok if r.stamp != "kernel")
     p99 = float(np.percentile(x, 99))
     stated = p99 + (loop_lag_p99_ms or 0.0) if user else p99
-    return {"p50_ms": float(np.percentile(x, 50)), "p99_ms": p99, "max_ms": float(x.max()),
-            "shared_read_fraction": float((x > 0).mean()), "chunks": int(x.size),
-            "user_stamped_requests": user, "stated_p99_ms": stated}
+    shared = sum(1 for r in ok for j, t in enumerate(r.chunk_ns)
+                 if (j and r.chunk_ns[j - 1] == t) or (j + 1 < len(r.chunk_ns) and r.chunk_ns[j + 1] == t))
+    out: dict[str, Any] = {"p50_ms": float(np.percentile(x, 50)), "p99_ms": p99, "max_ms": float(x.max()),
+                           "shared_read_fraction": shared / x.size, "bounded_fraction": float((x > 0).mean()),
+                           "chunks": int(x.size),
+                           "user_stamped_requests": user, "stated_p99_ms": stated,
+                           "busy_fraction": None, "quiet_p99_ms": None}
+    if all(r.chunk_busy is not None for r in ok):
+        quiet = x.copy()
+        k = 0
+        for r in ok:
+            for j in r.chunk_busy or ():
+                quiet[k + j] = 0.0
+            k += len(r.chunk_ns)
+        out["busy_fraction"] = float(sum(len(r.chunk_busy or ()) for r in ok) / x.size)
+        out["quiet_p99_ms"] = float(np.percentile(quiet, 99))
+    return out
+
+
+def bound_cause(sb: dict[str, Any], budget_ms: float) -> str:
+    """Why chunks carry the bounds they carry, in words: chunks read together while the loop was
+    busy, a slow wake from an idle poll (the client waited for a CPU), or unknown (older records)."""
+    shared = f"{sb['shared_read_fraction']:.1%} of chunks shared a read"
+    if "bounded_fraction" in sb:
+        shared += f" ({sb['bounded_fraction']:.1%} not as one TCP segment: those carry a bound)"
+    if sb.get("busy_fraction") is None:
+        return shared
+    busy = f"{sb['busy_fraction']:.1%} arrived together while the client was behind (its loop busy, or its wake held up)"
+    if sb["quiet_p99_ms"] <= budget_ms < sb["p99_ms"]:
+        return f"{shared}; {busy}, so their bound reaches back to the loop's turn before"
+    if sb["quiet_p99_ms"] > budget_ms:
+        return (f"{shared}; reads that woke the client's loop from an idle poll still took "
+                f"{sb['quiet_p99_ms']:.2f} ms at p99 to be read (the client waited for a CPU: other processes "
+                f"share its cores); {busy}")
+    return f"{shared}; {busy}"
 
 
 def cores_words(cpus: dict[str, Any] | None, workers: int) -> str:
@@ -72,8 +110,8 @@ def verdict(health: dict[str, Any], budgets: Any, cpus: dict[str, Any] | None = 
     if sb and sb["stated_p99_ms"] > budgets.stamp_error_p99_ms:
         user = " (user-space stamps: the loop's lag included)" if sb["user_stamped_requests"] else ""
         out.append(f"TTFT and ITL stamps may be off by up to {sb['stated_p99_ms']:.2f} ms at p99{user} (budget "
-                   f"{budgets.stamp_error_p99_ms:g} ms): the client read several chunks at once "
-                   f"({sb['shared_read_fraction']:.1%} of chunks); {cores_words(cpus, health.get('workers') or 1)}")
+                   f"{budgets.stamp_error_p99_ms:g} ms): {bound_cause(sb, budgets.stamp_error_p99_ms)}; "
+                   f"{cores_words(cpus, health.get('workers') or 1)}")
     sl = health.get("schedule_lag_ms")
     if sl and sl["p99"] is not None and sl["p99"] > budgets.schedule_lag_p99_ms:
         out.append(f"open-loop schedule lag p99 was {sl['p99']:.1f} ms (budget {budgets.schedule_lag_p99_ms:g} ms): "

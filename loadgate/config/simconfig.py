@@ -123,6 +123,11 @@ class SimConfig:
         300.0, "extra cost per verified token beyond the first in a verify step, microseconds", min=0.0)
     draft_us_per_token: float = knob(
         200.0, "cost of proposing one draft token, microseconds", min=0.0)
+    stream_events: Literal["per_step", "per_token"] = knob(
+        "per_step", "how a streamed engine step's tokens go out: 'per_step', one SSE event carrying all of them "
+        "(vLLM's shape: with speculation an event holds a verify step's tokens), or 'per_token', one event "
+        "per token, all of a step's events in one write (llama-server's shape: a verify step's accepted "
+        "tokens arrive as a burst of one-token events)")
     fixed_step_us: float = knob(
         0.0, "if > 0, every engine step takes exactly this long regardless of batch and prompt "
         "(benchmark mode: makes send times predictable)", min=0.0)

@@ -196,9 +196,11 @@ def judge(scenario: str, observed: list[Observed], baseline: Baseline, contract:
 
 def mark_in_flight_at_divergence(judged: list[SeqResult], observed: list[Observed]) -> None:
     """For each sequence that diverged in a stream, how many of the scenario's requests were in
-    flight when its first diverging token arrived: those sent before that moment whose answer had
-    not ended (itself included). The count at send says little when the batch around the
-    divergence was another."""
+    flight when its first diverging token arrived, as the client saw it: those whose answer had
+    begun (its headers arrived: the engine had taken the request) and not ended by that token's
+    stamp, itself included. The count at send says little when the batch around the divergence was
+    another. It is the client's view: the engine's batch in the step that produced the token can
+    differ by the requests that joined or left it within one engine step of the token."""
     spans = [o.span_ns for o in observed if o.span_ns is not None]
     for sr in judged:
         c, chunks = sr.comparison, sr.observed.decoded.chunks

@@ -37,7 +37,9 @@ class Observed:
     order: int = 0  # position in the scenario's send order
     in_flight: int = 1  # requests in flight when this one was sent (itself included)
     api: str | None = None  # the adapter that sent it (bundles replay through the same one)
-    span_ns: tuple[int, int] | None = None  # when it was sent and when its answer ended (perf_counter_ns)
+    # when its answer began (its headers; else when it was sent) and ended (perf_counter_ns): while the
+    # engine was serving it, as the client saw it
+    span_ns: tuple[int, int] | None = None
 
     def output(self) -> SeqOutput:
         d = self.decoded
@@ -106,7 +108,8 @@ class CaseSender:
         finally:
             self.in_flight -= 1
         d = decode(t.adapter, bool(body.get("stream", True)), raw, t.spec.max_event_bytes)
-        return Observed(case.id, body, t.url, d, order, in_flight, t.spec.api, (raw.start_ns, raw.end_ns))
+        began = raw.start_ns if raw.headers_ns is None else raw.headers_ns
+        return Observed(case.id, body, t.url, d, order, in_flight, t.spec.api, (began, raw.end_ns))
 
     async def send_all(self, cases: Sequence[Case], concurrency: int, tag: str) -> list[Observed]:
         """Send `cases` in order with `concurrency` requests in flight (closed loop)."""

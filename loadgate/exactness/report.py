@@ -191,7 +191,8 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
                               tablefmt="simple", disable_numparse=True))
         if any(n.get("in_flight_at_divergence") is not None for n in j["non_identical"]):
             lines.append("in flight: requests in flight when the request was sent (and, in brackets, while its first "
-                         "diverging token arrived, from the stamps)")
+                         "diverging token arrived, as the client saw it: sent and not yet answered; the engine's "
+                         "batch in that step may differ by requests that came or went within one engine step)")
         why = [f"  {n['scenario']} {n['case']}: {n['why']}" for n in j["non_identical"]
                if not n["passed"] and n["why"] and n["why"] != n["verdict"]]
         if why:

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
 
 MIN_EXPECTED = 5.0
 POWER = 0.8
@@ -95,6 +94,8 @@ def detectable_tv(n1: int, n2: int, df: int, level: float, power: float = POWER)
     sizes detects with probability >= `power` at `level` (see the module docstring)."""
     if df < 1 or n1 == 0 or n2 == 0:
         return 1.0
+    from scipy import optimize, stats  # here, not at import (~0.8 s)
+
     crit = stats.chi2.ppf(1.0 - level, df)
     lam = optimize.brentq(lambda x: stats.ncx2.sf(crit, df, x) - power, 1e-9, 1e6)
     n_eff = n1 * n2 / (n1 + n2)
@@ -109,6 +110,8 @@ def prefix_test(case: str, base: Sequence[str], cand: Sequence[str], level: floa
     if table.shape[1] < 2:  # one category on both sides: nothing differs, nothing to test
         stat, p, df = 0.0, 1.0, 0
     else:
+        from scipy import stats
+
         res = stats.chi2_contingency(table, correction=False)
         stat, p, df = float(res.statistic), float(res.pvalue), int(res.dof)
     p1, p2 = table[0] / max(n1, 1), table[1] / max(n2, 1)

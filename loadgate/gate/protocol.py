@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
-import jsonschema
 import orjson
 
 from loadgate.analysis.specdec import GENERATED
@@ -286,6 +285,8 @@ async def check_tools(p: _Probe, unsupported: str | None = None) -> ProtocolChec
     if not isinstance(raw_args, str):  # the API's arguments are a JSON string, not an object
         return ProtocolCheck("tools", "failed", PROVES["tools"], f"the arguments are a {type(raw_args).__name__}, "
                              "not the JSON string the API gives")
+    import jsonschema  # here, not at import: only the tools check needs it
+
     try:
         args = orjson.loads(raw_args)
         jsonschema.validate(args, TOOL_SCHEMA)

@@ -14,6 +14,7 @@ from typing import Any
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.recorder import Recorder
 from loadgate.load.target import Target, body_for, fetch
+from loadgate.load.turns import LOOP_TURNS
 
 
 class StopFlag:
@@ -30,7 +31,9 @@ class StopFlag:
             self._shared.value = 1
 
     def is_set(self) -> bool:
-        return self._set or (self._shared is not None and bool(self._shared.value))
+        # the flag's byte is read without its lock (one byte is read whole): taking a lock shared
+        # with other processes could sleep, which the load loop would take for an idle poll
+        return self._set or (self._shared is not None and bool(self._shared.get_obj().value))
 
 
 NEVER = StopFlag()
@@ -41,6 +44,7 @@ async def run_one(t: Target, req: PlannedRequest, run_tag: str, rec: Recorder, *
     body = t.bodies.pop(req.i, None) or body_for(t, req)
     raw = await fetch(t, body, f"{run_tag}-{req.i}")
     rec.submit(req, raw, t0_ns=t0_ns, level=level, ready_ns=ready_ns, intended_ns=intended_ns)
+    LOOP_TURNS.touch()  # the completion's work ran after the turn's marker and before the next poll
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from loadgate.engine.adapters.base import Decoded
 from loadgate.errors import ResultsNotWritten
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.target import Raw, Target, decode, early_bounds
+from loadgate.load.turns import LOOP_TURNS
 from loadgate.records import Record, RecordError, RecordWriter, SpecStats
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
@@ -28,6 +29,7 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
 def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | int,
               ready_ns: int, intended_ns: int | None, prompt_overhead: int | None = 0) -> Record:
+    bounds, busy = early_bounds(raw, [c.t_ns for c in d.chunks])
     planned_prompt = None if req.prompt_len is None or prompt_overhead is None else req.prompt_len + prompt_overhead
     return Record(
         i=req.i, warmup=req.warmup, level=level,
@@ -39,7 +41,7 @@ def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | 
         prompt_tokens_planned=planned_prompt, output_tokens_planned=req.output_len,
         prompt_tokens=d.prompt_tokens, completion_tokens=d.completion_tokens,
         chunk_ns=[c.t_ns - raw.start_ns for c in d.chunks], chunk_tokens=[c.n_tokens for c in d.chunks],
-        chunk_early_ns=early_bounds(raw, [c.t_ns for c in d.chunks]),
+        chunk_early_ns=bounds, chunk_busy=busy,
         token_source=d.token_source, finish_reason=d.finish_reason,
         stamp=raw.stamp_source, read_lag_max_ns=raw.read_lag_max_ns, new_connection=raw.new_connection,
         spec=None if d.spec is None else SpecStats(
@@ -92,6 +94,7 @@ class Recorder:
             if self._spill is None:
                 self._spill = tempfile.TemporaryFile(dir=self.writer.path.parent, prefix=".spill-")
             self._spill.write(len(blob).to_bytes(8, "little") + blob)
+            LOOP_TURNS.after_blocking()  # a file write may sleep: not the poll's sleep
         except OSError as e:
             raise ResultsNotWritten(f"{self.writer.path.parent}: cannot keep a finished response for "
                                     f"decoding: {e.strerror or e}") from None

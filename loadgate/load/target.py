@@ -23,6 +23,7 @@ from loadgate.engine.http import SessionSettings, TlsFiles
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.sse import DEFAULT_MAX_EVENT, EventTooLarge, frame_sse
 from loadgate.load.transport import READ_SIZE, Conn, Limits, Pool, Refused, parse_response
+from loadgate.load.turns import LOOP_TURNS, resolved
 from loadgate.secrets import register, registered
 
 
@@ -92,11 +93,14 @@ class Raw:
     stamp_source: str = "user"  # "kernel": SO_TIMESTAMPNS receive times; "user": when the loop read
     read_lag_max_ns: int = 0  # largest delay between a kernel stamp and the loop reading the data
     new_connection: bool | None = None  # raw transport: the request opened its connection (None: unknown)
-    # per socket read: (when it began, when its loop turn woke, the floor of its data's arrival)
-    read_begin: list[tuple[int, int, int]] = field(default_factory=list)
+    # per socket read: (when it began, when its loop turn woke, the floor of its data's arrival,
+    # whether its turn woke from an idle poll, whether its bytes came in one TCP segment)
+    read_begin: list[tuple[int, int, int, bool, bool]] = field(default_factory=list)
     sent_ns: int = 0  # when the request began to be sent
     prev_read_of: dict[int, int] = field(default_factory=dict)  # a read's stamp -> the earliest its data can have arrived
     wake_of: dict[int, int] = field(default_factory=dict)  # a read's stamp -> when its loop turn woke
+    quiet_of: dict[int, bool] = field(default_factory=dict)  # a read's stamp -> its turn woke from an idle poll
+    one_segment_of: dict[int, bool] = field(default_factory=dict)  # a read's stamp -> its bytes came in one segment
 
 
 class IdleTimeout(Exception):
@@ -140,6 +144,7 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
                 conn, reused = await pool.acquire(fresh=attempt > 0)
                 raw.new_connection = not reused
                 done = conn.begin()
+                LOOP_TURNS.touch()
                 try:
                     await conn.send(wire)
                     await _until_done(conn, done, t.spec.idle_timeout_s)
@@ -167,7 +172,7 @@ async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
     raw.end_ns = perf_counter_ns()
     if conn is not None:
         raw.socket_reads = conn.reads
-        raw.read_begin, raw.sent_ns = conn.read_begin, conn.sent_ns
+        raw.read_begin, raw.sent_ns = resolved(conn.read_begin), conn.sent_ns
         raw.stamp_source = conn.stamp_source
         raw.read_lag_max_ns = conn.user_lag_max_ns
         pool.release(conn, reusable=raw.error is None)
@@ -186,10 +191,21 @@ def finish_socket(raw: Raw) -> None:
         return
     raw.status, raw.headers_ns, raw.reads = resp.status, resp.headers_ns, resp.body
     prev, carried = raw.sent_ns or raw.start_ns, False
-    for (t, data), (b, wake, floor) in zip(raw.socket_reads, raw.read_begin, strict=False):
+    gaps = sorted(b[0] - a[0] for a, b in zip(raw.socket_reads[1:], raw.socket_reads[2:], strict=False))
+    usual = gaps[len(gaps) // 2] if len(gaps) >= 3 else None
+    last_t = None
+    for (t, data), (b, wake, floor, quiet, one) in zip(raw.socket_reads, raw.read_begin, strict=False):
+        if quiet and not one and usual is not None and last_t is not None and t - last_t > SILENCE * usual:
+            # several segments after a silence longer than the stream's usual gap: one may have
+            # waited through it (delivery held up before the socket, which no clock here shows),
+            # so the turn's wake says nothing of it: the bound since the stream's previous read
+            floor = 0
+        last_t = t
         # data a full read left behind may predate the loop's last turns: only the older bound holds
         raw.prev_read_of.setdefault(t, prev if carried else max(prev, floor))
         raw.wake_of.setdefault(t, wake)
+        raw.quiet_of.setdefault(t, quiet and not carried)
+        raw.one_segment_of.setdefault(t, one)
         carried = len(data) >= READ_SIZE
         if not carried:
             prev = b
@@ -232,32 +248,48 @@ async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
     return raw
 
 
+SILENCE = 1.5  # a read this many times the stream's median gap after the one before it followed a silence
 LATE_READ_NS = 2_000_000  # a loop turn that woke this long after a read's last packet: the loop was behind (the default stamp budget)
 
 
-def early_bounds(raw: Raw, chunk_stamps: list[int]) -> list[int]:
-    """Per chunk, how much earlier than its stamp it may really have arrived (0: exactly then).
+def early_bounds(raw: Raw, chunk_stamps: list[int]) -> tuple[list[int], list[int]]:
+    """Per chunk, how much earlier than its stamp it may really have arrived (0: exactly then), and
+    the indices of the chunks whose bound was set while the client's loop was busy.
 
     A read is stamped when its last packet arrived (the kernel merges packets queued together and
-    keeps the newest one's time). Data that was not in the read before on that connection arrived
-    after that read began, and after the loop's poll two turns back (`prev_read_of`; see
-    `transport._LoopTurns`). So:
-    - a chunk followed by another content chunk in the same read arrived between that moment and
-      the stamp: its bound is the difference;
+    keeps the newest one's time), unless its bytes came in one TCP segment (`one_segment_of`, see
+    `transport.SocketConn`): then every chunk in it arrived at the stamp, exact. Otherwise data
+    that was not in the read before on that connection arrived
+    after that read began, and after the floor of its loop turn (`prev_read_of`; see
+    `load.turns`): in a turn that woke from an idle poll ("quiet"), its measured wake
+    latency before the wake (tens of microseconds when the client has a core); in a turn that
+    followed the last one without sleeping ("busy"), the loop's poll two turns back. So:
+    - a chunk followed by another content chunk in the same read arrived between that floor and
+      the stamp: its bound is the difference (a server that writes several events at once, as
+      llama-server does with a verify step's tokens, gets the wake latency in a quiet turn);
     - the last content chunk of a stream, read together with the stream's end (usage, [DONE], the
-      last HTTP chunk): exact when the loop read promptly (its loop turn woke within
-      `LATE_READ_NS` of the stamp, see `transport._LoopTurns`: a read that waited only for the
-      other sockets of the same turn was prompt). When the turn woke later, the end may have come
-      later than the chunk: the same bound as above;
-    - any other last chunk of a read came with the read's last packet: exact."""
+      last HTTP chunk): in a quiet turn the same bound. In a busy turn it is exact when the loop read
+      promptly (its turn woke within `LATE_READ_NS` of the stamp: a read that waited only for the
+      other sockets of the same turn was prompt); when the turn woke later, the end may have come
+      later than the chunk: the bound since the floor;
+    - any other last chunk of a read came with the read's last packet: exact.
+    A chunk bounded in a busy turn is listed in the second list (the cause the report names:
+    chunks that arrived together while the loop was busy)."""
     out = [0] * len(chunk_stamps)
+    busy: list[int] = []
+    n = len(chunk_stamps)
     for j, t in enumerate(chunk_stamps):
-        shared = j + 1 < len(chunk_stamps) and chunk_stamps[j + 1] == t
-        late_end = (j + 1 == len(chunk_stamps) and t == raw.end_ns
-                    and raw.wake_of.get(t, t) - t > LATE_READ_NS)
-        if shared or late_end:
-            out[j] = max(0, t - raw.prev_read_of.get(t, t))
-    return out
+        shared = j + 1 < n and chunk_stamps[j + 1] == t
+        at_end = j + 1 == n and t == raw.end_ns
+        if not (shared or at_end) or raw.one_segment_of.get(t, False):
+            continue
+        quiet = raw.quiet_of.get(t, False)
+        if not quiet and not shared and raw.wake_of.get(t, t) - t <= LATE_READ_NS:
+            continue  # busy, but read promptly with the stream's end: exact
+        out[j] = max(0, t - raw.prev_read_of.get(t, t))
+        if out[j] and not quiet:
+            busy.append(j)
+    return out, busy
 
 
 def decode(adapter: EngineAdapter, stream: bool, raw: Raw, max_event_bytes: int = DEFAULT_MAX_EVENT) -> Decoded:

@@ -38,11 +38,16 @@ from time import perf_counter_ns
 from urllib.parse import urlsplit
 
 from loadgate.engine.adapters.base import ErrorKind
+from loadgate.load.turns import LOOP_TURNS, Turn
 
 _HDR_END = b"\r\n\r\n"
 READS_PER_WAKEUP = 4  # the reader returns to the loop after this many full reads, so timers still fire
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux value; Python does not export it
 _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux
+TCP_INFO = getattr(socket, "TCP_INFO", 11)
+# struct tcp_info (Linux): tcpi_bytes_received (u64, offset 128) and tcpi_data_segs_in (u32, offset 152)
+_TCPI = struct.Struct("<Q16xI")
+_TCPI_AT, _TCPI_LEN = 128, 160
 
 
 class _WallToMono:
@@ -74,46 +79,6 @@ class _WallToMono:
 WALL_TO_MONO = _WallToMono()
 
 
-class _LoopTurns:
-    """Groups socket reads by event-loop turn (one wake-up from the poll and the I/O callbacks it
-    ran): when a read's turn woke, and the earliest its data can have arrived.
-
-    Written by hand because no event loop exposes its poll. The first read of a turn stands for its
-    wake-up (`wake`); a marker scheduled with `call_soon` from that read runs after the turn's I/O
-    callbacks and before the next poll, so the next read after it starts a new turn.
-    - `wake`: a read that came late only because the loop was working through the other sockets of
-      one burst (64 streams answered by one engine step) is told apart from a loop that was behind
-      when it woke. It is a user-space time: when the interpreter was busy (another thread, a
-      descheduled process) it is late, and the read counts as late, which errs towards a wider bound.
-    - `floor`: the poll is level-triggered, so data that had arrived before the previous turn's poll
-      was read in that turn (or after an earlier read on its socket); the marker of the turn before
-      that ran before that poll began, so its time is a floor for every arrival read in this turn.
-      This holds on uvloop, which runs reader callbacks inside libuv's poll phase and `call_soon`
-      ones before the next poll. asyncio's own loop runs the marker after the poll it precedes, so
-      there the floor is 0 (no narrowing)."""
-
-    __slots__ = ("wake", "floor", "pending", "loop", "exact", "ended", "ended_before")
-
-    def __init__(self) -> None:
-        self.wake = self.floor = self.ended = self.ended_before = 0
-        self.pending = False
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.exact = False
-
-    def enter(self, begin_ns: int, loop: asyncio.AbstractEventLoop) -> None:
-        if loop is not self.loop:  # a new loop (another run in this process): its own turns
-            self.loop, self.ended, self.ended_before = loop, 0, 0
-            self.exact = type(loop).__module__.startswith("uvloop")
-        self.floor = self.ended_before if self.exact else 0
-        self.wake, self.pending = begin_ns, True
-        loop.call_soon(self._turn_over)
-
-    def _turn_over(self) -> None:
-        self.pending = False
-        self.ended_before, self.ended = self.ended, perf_counter_ns()
-
-
-LOOP_TURNS = _LoopTurns()
 READ_SIZE = 1 << 18
 IDLE_MARGIN_NS = 1_000_000_000  # drop an idle connection this long before the server's keep-alive timeout
 STALE_REUSES_BEFORE_GIVING_UP = 3
@@ -226,8 +191,9 @@ class _Framing:
         self.idle_limit_ns: int | None = None  # from the server's `Keep-Alive: timeout=N`
         self.idle_since_ns = 0
         self.user_lag_max_ns = 0  # largest (user-space read time - stamp): how busy the loop was
-        # per read: (when it began, when its loop turn woke, the earliest its data can have arrived)
-        self.read_begin: list[tuple[int, int, int]] = []
+        # per read: when it began, its loop turn (None for reads outside the turns, e.g. TLS), and
+        # whether its bytes came in one TCP segment (see `SocketConn`)
+        self.read_begin: list[tuple[int, Turn | None, bool]] = []
         self.sent_ns = 0  # when the request began to be handed to the socket
         self.last_read_ns = 0
         self.limits = limits or Limits()
@@ -269,7 +235,7 @@ class _Framing:
     def abort(self) -> None:  # pragma: no cover - each connection kind closes itself
         raise NotImplementedError
 
-    def _on_data(self, t_ns: int, data: bytes, begin: tuple[int, int, int]) -> None:
+    def _on_data(self, t_ns: int, data: bytes, begin: tuple[int, Turn | None, bool]) -> None:
         if self.done is None or self.done.done():
             return  # bytes after the end (or after a refusal): not kept
         self.reads.append((t_ns, data))
@@ -425,7 +391,15 @@ class SocketConn(_Framing):
     simulator at 64 streams: p50 4 us after the send instead of 130 us for user-space stamps).
     Except: TCP gives one stamp per read, that of the last packet read. Packets that queued while
     the loop was busy are read together and the earlier ones stamped late, by at most how long the
-    loop was behind (tests/test_transport.py shows it; loop-lag budgets bound it).
+    loop was behind (tests/test_transport.py shows it; `loadgate.load.turns` bounds it).
+    Unless the read's bytes came in one TCP segment, which arrives whole at one moment: after each
+    read, `TCP_INFO` gives the connection's count of data segments received and of bytes received;
+    when every byte received has been read (nothing queued behind this read) and the count moved by
+    exactly one since the last such read, the read is one segment and every event in it arrived at
+    its stamp (`one_segment`). A server that writes several events at once (llama-server's verify
+    steps) thus keeps exact stamps at any concurrency, as long as the client reads each write
+    before the next one arrives. ~1.5 µs a read; where the kernel has no TCP_INFO, no read is
+    counted as one segment.
     Where the kernel gives no timestamp, the user-space time of the read is used."""
 
     stamp_source = "kernel"
@@ -435,6 +409,9 @@ class SocketConn(_Framing):
         super().__init__(limits, budget)
         self.sock, self.loop = sock, loop
         self._reading = False
+        self.read_total = 0  # every byte read from the socket (headers, discarded bytes, all exchanges)
+        self.segs_seen = 0  # tcpi_data_segs_in when a read last drained everything received
+        self.tcp_info = True
 
     @classmethod
     async def open(cls, host: str, port: int, limits: Limits | None = None,
@@ -469,8 +446,7 @@ class SocketConn(_Framing):
             if self.closed:
                 return
             begin = now()  # data not in this read arrived after this (the GIL may be late to return)
-            if not turns.pending or turns.loop is not self.loop:
-                turns.enter(begin, self.loop)
+            turn = turns.enter(begin, self.loop)
             try:
                 data, anc, _, _ = recvmsg(READ_SIZE, 64)
             except (BlockingIOError, InterruptedError):
@@ -494,7 +470,23 @@ class SocketConn(_Framing):
                 self.stamp_source = "user"
             if user - t > self.user_lag_max_ns:
                 self.user_lag_max_ns = user - t
-            self._on_data(t, data, (begin, turns.wake, turns.floor))
+            if t < turn.first_stamp:
+                turn.first_stamp = t
+            self.read_total += len(data)
+            one = False
+            if self.tcp_info:
+                try:
+                    info = self.sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, _TCPI_LEN)
+                except OSError:
+                    info = b""
+                if len(info) < _TCPI_LEN:
+                    self.tcp_info = False
+                else:
+                    received, segs = _TCPI.unpack_from(info, _TCPI_AT)
+                    if received == self.read_total:  # nothing queued behind this read
+                        one = segs - self.segs_seen == 1
+                        self.segs_seen = segs
+            self._on_data(t, data, (begin, turn, one))
             if len(data) < READ_SIZE:  # drained; the reader is level-triggered, more data calls again
                 return
 
@@ -549,7 +541,7 @@ class ProtocolConn(_Framing, asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         t = perf_counter_ns()
-        self._on_data(t, data, (t, t, 0))
+        self._on_data(t, data, (t, None, False))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost(exc)

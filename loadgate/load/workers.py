@@ -39,6 +39,7 @@ from loadgate.load.health import HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
 from loadgate.load.target import Target, TargetSpec, body_for
+from loadgate.load.turns import LOOP_TURNS
 from loadgate.records import RecordWriter
 
 
@@ -298,6 +299,7 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
     def on_done() -> None:
         with done.get_lock():
             done.value += 1
+        LOOP_TURNS.after_blocking()  # a lock shared with the other processes may have slept
 
     ssl_context = spec.tls.context() if spec.base_url.startswith("https:") else None
     async with make_session(spec.headers, ssl_context) as session:
@@ -310,10 +312,10 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                 def next_index(end: int = end) -> int | None:
                     with counter.get_lock():
                         k = counter.value
-                        if k >= end:
-                            return None
-                        counter.value = k + 1
-                        return int(k)
+                        if k < end:
+                            counter.value = k + 1
+                    LOOP_TURNS.after_blocking()  # a lock shared with the other processes may have slept
+                    return None if k >= end else int(k)
 
                 shared = not phase.open_loop and not phase.warmup  # drawn from the shared counter: any k
                 prepare(target, plan, (k for k in phase.indices if shared or k % n == j))

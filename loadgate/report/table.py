@@ -143,9 +143,13 @@ def render_summary(summary: Summary) -> str:
         sb = h.stamp_bound
         if sb:
             how = "kernel receive stamps" if not sb["user_stamped_requests"] else "user-space stamps, loop lag included"
-            out.append(f"stamps: TTFT and ITL stamps are within {sb['stated_p99_ms']:.3f} ms of each chunk's arrival "
-                       f"at p99 ({how}; {sb['shared_read_fraction']:.1%} of chunks shared a read, max "
-                       f"{sb['max_ms']:.2f} ms)")
+            bounded = "" if sb.get("bounded_fraction") is None else \
+                f", {sb['bounded_fraction']:.1%} given a bound"
+            busy = "" if sb.get("busy_fraction") is None else \
+                f", {sb['busy_fraction']:.1%} while the client was behind"
+            out.append(f"stamps: 99% of chunks are stamped within {sb['stated_p99_ms']:.3f} ms of their arrival, "
+                       f"every chunk within {sb['max_ms']:.2f} ms ({how}; {sb['shared_read_fraction']:.1%} of chunks "
+                       f"shared a read{bounded}{busy})")
         for w in h.warnings:
             out.append(f"warning: {w}")
         for msg in s.invalid:

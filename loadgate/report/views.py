@@ -69,6 +69,28 @@ def _ab_exactness(run_dir: Path) -> str:
     return "\n\n".join(parts)
 
 
+def ab_stamps(info: dict[str, Any]) -> list[str]:
+    """Per level, each side's stamp bound over its runs: the worst run's stated p99 and the range of
+    the share of chunks that shared a read (the validity of every run is judged on the former)."""
+    per: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for side in ("A", "B"):
+        for d in info["runs"][side]:
+            for lv, ls in build_summary(d).levels.items():
+                if ls.client_health.stamp_bound:
+                    per.setdefault(lv, {"A": [], "B": []})[side].append(ls.client_health.stamp_bound)
+    out = []
+    for lv, sides in per.items():
+        words = []
+        for side, name in (("A", "baseline"), ("B", "candidate")):
+            sbs = sides[side]
+            if sbs:
+                shared = [sb["shared_read_fraction"] for sb in sbs]
+                words.append(f"{name} {max(sb['stated_p99_ms'] for sb in sbs):.3f} ms ({len(sbs)} runs; "
+                             f"{min(shared):.1%}–{max(shared):.1%} of chunks shared a read)")
+        out.append(f"level {lv} stamps, stated bound p99 of the worst run: " + "; ".join(words))
+    return out
+
+
 def render_ab(j: Judgement, fmt: str) -> str:
     """An A/B folder's comparison per level and the comparison's verdict."""
     assert j.comparisons is not None and j.ab_info is not None
@@ -85,6 +107,8 @@ def render_ab(j: Judgement, fmt: str) -> str:
         st = j.ab_settings
         text += (f"\ndecided on {', '.join(st['decide_on'])}; practical change {st['practical']:.0%}, "
                  f"alpha {st['alpha']}")
+    if fmt in ("table", "markdown"):
+        text += "".join("\n" + line for line in ab_stamps(info))
     return text
 
 

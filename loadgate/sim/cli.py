@@ -12,7 +12,9 @@ SIGINT or SIGTERM stop it cleanly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import os
 import signal
 import sys
 import typing
@@ -90,8 +92,13 @@ def build_config(config_file: str | None, overrides: dict[str, Any]) -> SimConfi
     return config_from_mapping(data, file=file, lines=lines)
 
 
+TRUTH_LOG_ENV = "LOADGATE_SIM_TRUTH_LOG"  # a file to write the truth log to when the server stops
+
+
 async def serve(cfg: SimConfig, host: str, port: int, on_ready: Callable[[str], None]) -> None:
-    """Serve until SIGINT/SIGTERM; `on_ready(url)` is called once listening."""
+    """Serve until SIGINT/SIGTERM; `on_ready(url)` is called once listening. With the environment
+    variable LOADGATE_SIM_TRUTH_LOG set, the truth log (`loadgate.sim.truth`, JSON lines) is written
+    to that file when it stops (the embedded engine of a `loadgate run` too: it inherits the variable)."""
     from loadgate.sim.server import running_sim
 
     loop = asyncio.get_running_loop()
@@ -101,6 +108,9 @@ async def serve(cfg: SimConfig, host: str, port: int, on_ready: Callable[[str], 
     async with running_sim(cfg, host, port) as sim:
         on_ready(sim.url)
         await stop.wait()
+        if path := os.environ.get(TRUTH_LOG_ENV):  # for benchmarks of a whole `loadgate run`
+            with contextlib.suppress(OSError):
+                Path(path).write_bytes(sim.truth.jsonl())
 
 
 def _run(cfg: SimConfig, host: str, port: int) -> None:
@@ -148,3 +158,23 @@ def sim(host: str, port: int, config_file: str | None, tokenizer_dir: str | None
 
 for _k in knob_fields():
     sim.params.append(_knob_option(_k))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m loadgate.sim`: the command above on its own, errors as one line with their exit
+    code (as `loadgate sim` prints them), without importing the client."""
+    from loadgate.errors import LoadgateError
+
+    try:
+        sim.main(args=argv, prog_name="loadgate sim", standalone_mode=False)
+    except LoadgateError as e:
+        click.echo(f"loadgate: {e.message}", err=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except click.Abort:
+        sys.exit(130)
+    sys.exit(0)

@@ -304,6 +304,7 @@ class Engine:
             flip = True
         if flip:
             s.flips.append(len(s.output_ids))
+            s.flip_batches.append(batch)
         return flip
 
     def _publish(self, outputs: list[tuple[Sequence, StepOutput]]) -> list[tuple[Sequence, StepOutput]]:
@@ -318,7 +319,9 @@ class Engine:
             if s.finished and not s.counted:
                 s.counted = True
                 counters.success[s.finish_reason or "stop"] += 1
-            if s.sink is not None and s.sink.ready(s):
+            # a stream's last output in the per_token shape goes to its handler, which writes it with
+            # the stream's end in one write (as engines end a stream right after its last token)
+            if s.sink is not None and s.sink.ready(s) and not (s.finished and s.sink.ends_with_handler):
                 direct.append((s, out))
             else:
                 s.publish(out)

@@ -1,6 +1,6 @@
 """`SimProcess`: the simulator in a child process, for clients that must not share its loop.
 
-    with SimProcess(cfg) as sim:        # starts `python -m loadgate sim --port 0 --config <tmp>`
+    with SimProcess(cfg) as sim:        # starts `python -m loadgate.sim --port 0 --config <tmp>`
         sim.url                         # "http://127.0.0.1:PORT", read from the child's stdout
         sim.truth_records()             # GET /sim/truth, parsed
 On entry the child is started, its `loadgate sim listening on URL` line is read and `/health` is
@@ -55,7 +55,7 @@ class SimProcess:
         # Its own session: a Ctrl-C in the terminal reaches loadgate, which stops it, and not the
         # simulator itself (which would cut the requests in flight). atexit stops it in any case.
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgate", "sim", "--host", self.host, "--port", str(self.port),
+            [sys.executable, "-m", "loadgate.sim", "--host", self.host, "--port", str(self.port),
              "--config", self._cfg_file], stdout=subprocess.PIPE, env=env, start_new_session=True)
         atexit.register(self.stop)
         deadline = time.monotonic() + self.startup_timeout

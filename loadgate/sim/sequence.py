@@ -34,6 +34,11 @@ class Sink(Protocol):
         """Whether `write` may be called now for `seq` (else the output goes to `seq.pending`)."""
         ...
 
+    @property
+    def ends_with_handler(self) -> bool:
+        """Whether a finished sequence's last output goes to its handler instead (to end the stream with it)."""
+        ...
+
     def write(self, seq: Sequence, out: StepOutput) -> None:
         """Send `out` now, without blocking (it runs inside the engine task)."""
         ...
@@ -83,7 +88,8 @@ class Sequence:
     __slots__ = ("params", "tokenizer", "context_hash", "spec", "jitter", "run_to_run_armed",
                  "sample_seed", "output_ids", "context", "finished", "aborted", "counted",
                  "finish_reason", "stop_reason", "pending", "_decoder", "_tail", "_hold", "_step_ids",
-                 "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "_ascii", "sink", "flips")
+                 "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "_ascii", "sink", "flips",
+                 "flip_batches")
 
     def __init__(self, params: GenParams, tokenizer: Tokenizer, context_hash: int,
                  spec: SpecStats | None = None, jitter: int = 0, run_to_run_armed: bool = False,
@@ -97,6 +103,7 @@ class Sequence:
         self.sample_seed = sample_seed
         self.output_ids: list[int] = []
         self.flips: list[int] = []  # output positions where the runner-up was emitted (ground truth)
+        self.flip_batches: list[int] = []  # the engine step's batch size at each of those positions
         self.context: list[int] = list(params.prompt_ids)
         self.finished = False
         self.aborted = False

@@ -37,6 +37,7 @@ from loadgate.sim.engine import Engine
 from loadgate.sim.errors import ApiError
 from loadgate.sim.faults import FaultPlan, plan_faults
 from loadgate.sim.model import SimModel
+from loadgate.sim.openai_format import Event
 from loadgate.sim.sequence import Sequence, StepOutput
 from loadgate.sim.tokenizer import Tokenizer
 from loadgate.sim.truth import RequestTruth, TruthLog
@@ -88,6 +89,34 @@ class Job:
     params: Any  # GenParams
     stream: bool
     make_formatter: Callable[[Sequence, str], Formatter]
+
+
+def per_token(out: StepOutput, token_text: list[str | None]) -> list[StepOutput]:
+    """`out` as one output per token (the `per_token` stream shape): each with its token's text
+    where that text is what `out.text` holds next (else the rest goes with the last token), its
+    logprob and top list; the finish and stop reasons go with the last."""
+    n = len(out.token_ids)
+    if n <= 1:
+        return [out]
+    texts, used = [], 0
+    for t in out.token_ids[:-1]:
+        s = token_text[t] or ""
+        if not out.text.startswith(s, used):
+            s = ""
+        texts.append(s)
+        used += len(s)
+    texts.append(out.text[used:])
+    return [StepOutput([t], texts[i], None if out.logprobs is None else [out.logprobs[i]],
+                       None if out.top is None else [out.top[i]],
+                       out.finish_reason if i == n - 1 else None, out.stop_reason if i == n - 1 else None)
+            for i, t in enumerate(out.token_ids)]
+
+
+def step_events(fmt: Formatter, out: StepOutput, split: list[str | None] | None) -> list[Event]:
+    """The events of one engine output: one per step, or with `split` (the tokens' texts) one per token."""
+    if split is None:
+        return fmt.chunks(out)
+    return [e for piece in per_token(out, split) for e in fmt.chunks(piece)]
 
 
 def _sse(payload: dict[str, Any]) -> bytes:
@@ -144,7 +173,8 @@ async def handle_generation(request: web.Request, state: SimState,
     fmt = job.make_formatter(seq, rid)
     try:
         if job.stream:
-            return await _stream(request, seq, fmt, rec, plan, headers)
+            split = state.tokenizer.ascii_text if state.cfg.stream_events == "per_token" else None
+            return await _stream(request, seq, fmt, rec, plan, headers, split)
         return await _whole(request, seq, fmt, rec, plan, headers)
     finally:
         seq.sink = None
@@ -152,6 +182,7 @@ async def handle_generation(request: web.Request, state: SimState,
             state.engine.abort(seq)
         rec.finish_reason = seq.finish_reason
         rec.flips = list(seq.flips)
+        rec.flip_batches = list(seq.flip_batches)
         rec.end_ns = time.perf_counter_ns()
 
 
@@ -167,20 +198,37 @@ class DirectSink:
     moment, minus two task switches. Used only while the handler is idle, the connection has no
     unsent bytes and no stream fault is planned; the handler still writes the final events."""
 
-    __slots__ = ("fmt", "rec", "transport")
+    __slots__ = ("fmt", "rec", "transport", "split")
 
-    def __init__(self, fmt: Formatter, rec: RequestTruth, transport: asyncio.Transport) -> None:
-        self.fmt, self.rec, self.transport = fmt, rec, transport
+    def __init__(self, fmt: Formatter, rec: RequestTruth, transport: asyncio.Transport,
+                 split: list[str | None] | None = None) -> None:
+        self.fmt, self.rec, self.transport, self.split = fmt, rec, transport, split
+
+    @property
+    def ends_with_handler(self) -> bool:
+        """The per_token shape: the stream's last output is written by the handler, with its end."""
+        return self.split is not None
 
     def ready(self, seq: Sequence) -> bool:
         t = self.transport
         return seq.handler_idle and not t.is_closing() and t.get_write_buffer_size() == 0
 
     def write(self, seq: Sequence, out: StepOutput) -> None:
-        for payload, kind, ids in self.fmt.chunks(out):
-            data = b"data: " + orjson.dumps(payload) + b"\n\n"
-            self.rec.add_chunk(time.perf_counter_ns(), kind, ids)
-            self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        if self.split is None:
+            for payload, kind, ids in self.fmt.chunks(out):
+                data = b"data: " + orjson.dumps(payload) + b"\n\n"
+                self.rec.add_chunk(time.perf_counter_ns(), kind, ids)
+                self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        else:  # llama-server's shape: one event per token, the step's events in one write
+            events = step_events(self.fmt, out, self.split)
+            framed = []
+            for payload, _, _ in events:
+                data = b"data: " + orjson.dumps(payload) + b"\n\n"
+                framed.append(b"%x\r\n%b\r\n" % (len(data), data))
+            self.transport.write(b"".join(framed))
+            t = time.perf_counter_ns()  # after: the events had all reached the client's socket by then
+            for _, kind, ids in events:
+                self.rec.add_chunk(t, kind, ids)
         if seq.finished:
             seq.wake()
 
@@ -207,18 +255,19 @@ async def _fire(kind: str, request: web.Request, resp: web.StreamResponse, rec: 
 
 
 async def _stream(request: web.Request, seq: Sequence, fmt: Formatter, rec: RequestTruth, plan: FaultPlan,
-                  headers: dict[str, str]) -> web.StreamResponse:
+                  headers: dict[str, str], split: list[str | None] | None = None) -> web.StreamResponse:
     resp = web.StreamResponse(headers={**SSE_HEADERS, **headers})
     direct = plan.stream_fault is None and request.version >= HttpVersion11 and request.transport is not None
     if direct:
         resp.enable_chunked_encoding()
     await resp.prepare(request)
-    sink = DirectSink(fmt, rec, request.transport) if direct and request.transport else None
+    rec.headers_ns = time.perf_counter_ns()
+    sink = DirectSink(fmt, rec, request.transport, split) if direct and request.transport else None
     fault_at = plan.at_chunk if plan.stream_fault else -1  # events written before the fault fires
     sent = 0
     write, add, dumps, now_ns = resp.write, rec.add_chunk, orjson.dumps, time.perf_counter_ns
     try:
-        finished = False
+        finished = ended = False  # ended: [DONE] went out with the last events
         while True:
             out = await seq.next_outputs()
             if out is None:
@@ -227,7 +276,20 @@ async def _stream(request: web.Request, seq: Sequence, fmt: Formatter, rec: Requ
                 events = fmt.final()
                 finished = True
             else:
-                events = fmt.chunks(out)
+                events = step_events(fmt, out, split)
+                if split is not None and seq.finished and not seq.pending and fault_at < 0:
+                    events = events + fmt.final()  # the last output: the stream's end goes with it
+                    finished = ended = True
+            if split is not None and len(events) > 1 and not 0 <= fault_at - sent < len(events):
+                data = b"".join(b"data: " + dumps(p) + b"\n\n" for p, _, _ in events)
+                await write(data + DONE if ended else data)  # one write
+                t = now_ns()
+                for _, kind, ids in events:
+                    add(t, kind, ids)
+                if ended:
+                    add(t, "done", [])
+                sent += len(events)
+                events = []
             for payload, kind, ids in events:
                 if sent == fault_at:
                     fault_at = -1
@@ -243,8 +305,9 @@ async def _stream(request: web.Request, seq: Sequence, fmt: Formatter, rec: Requ
                 seq.sink = sink  # headers and first events are out: the engine may write directly
         if fault_at >= 0 and not await _fire(plan.stream_fault or "", request, resp, rec, plan):
             return resp
-        await write(DONE)
-        add(now_ns(), "done", [])
+        if not ended:
+            await write(DONE)
+            add(now_ns(), "done", [])
         await resp.write_eof()
     except ConnectionResetError:  # the client went away: the caller aborts the sequence
         if request.transport is not None:

@@ -12,11 +12,16 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
   prompt_tokens      prompt length in tokens (0 if the request was rejected)
   completion_tokens  output tokens written to the client (the sum of the chunks' n_tokens)
   finish_reason      "stop" | "length" | "abort" | None (rejected)
+  headers_ns         streams: `perf_counter_ns()` once the response headers were written (the
+                     sequence is in the engine by then); None otherwise
   end_ns             `perf_counter_ns()` after the last byte was written (or the stream was cut)
   flips              output positions where a divergence knob emitted the runner-up token
                      (`loadgate.sim.divergence`); [] for the reference output
+  flip_batches       per flip, the number of sequences in the engine step that produced it (the
+                     batch the divergence really saw)
   chunks             one `ChunkTruth` per SSE event written (or one for a whole non-stream body):
-      send_ns    `perf_counter_ns()` when the bytes went to the socket (see serving.py)
+      send_ns    `perf_counter_ns()` when the bytes went to the socket (see serving.py); with
+                 `stream_events: per_token`, just after the write that carried them, on both paths
       kind       "tokens" (carries output tokens), "role" (chat's first chunk), "usage" (final
                  usage chunk), "done" (`data: [DONE]`), "malformed", "error" (error event),
                  "body" (non-stream response body, all tokens)
@@ -61,8 +66,10 @@ class RequestTruth:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+    headers_ns: int | None = None
     end_ns: int | None = None
     flips: list[int] = field(default_factory=list)
+    flip_batches: list[int] = field(default_factory=list)
     _send_ns: list[int] = field(default_factory=list)
     _kinds: list[str] = field(default_factory=list)
     _counts: list[int] = field(default_factory=list)

@@ -1,0 +1,89 @@
+"""Startup cost: how long `loadgate --help` takes, and how long after `loadgate run` starts the
+quickstart's first request reaches its engine.
+
+Per round, interleaved (so drift on a busy machine hits each figure alike):
+  python -c pass            the interpreter alone, for scale
+  loadgate --help           the command line: every command declared, no stage imported
+  first request             `loadgate run` on profiles/quickstart.yaml (its engine, check and load;
+                            fewer measured requests, since only the start is timed): from just before
+                            the process is started to the embedded simulator's arrival stamp of the
+                            first generation request (its truth log, LOADGATE_SIM_TRUTH_LOG; both
+                            are perf_counter_ns, one monotonic clock for every process here). That
+                            span holds the parent's imports, the simulator's start in its own
+                            process, the fingerprint's introspection requests and the check's setup.
+Prints each figure's median, minimum and maximum over the rounds.
+
+    python benchmarks/startup.py                 # 20 rounds of --help, 10 of the first request
+    python benchmarks/startup.py --help-runs 20 --run-runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+_SCRIPT = Path(sys.executable).parent / "loadgate"  # the command the README installs, where it is
+LOADGATE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "loadgate"]
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
+    return time.perf_counter() - t
+
+
+def first_request(tmp: Path, k: int) -> float:
+    """Seconds from starting `loadgate run` on the quickstart to its first generation request."""
+    doc = yaml.safe_load((ROOT / "profiles" / "quickstart.yaml").read_text())
+    doc["workload"]["requests"] = 16
+    doc["output"] = {"dir": str(tmp / "out"), "run_id": f"r{k}"}
+    doc["exactness"]["corpus"] = str(ROOT / "workloads" / "reference.jsonl")
+    p = tmp / f"q{k}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    log = tmp / f"truth{k}.jsonl"
+    env = {**os.environ, "LOADGATE_SIM_TRUTH_LOG": str(log)}
+    t0 = time.perf_counter_ns()
+    subprocess.run([*LOADGATE, "run", "-q", str(p)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                   check=True, env=env)
+    arrivals = [json.loads(line)["arrival_ns"] for line in log.read_text().splitlines()]
+    return (min(arrivals) - t0) / 1e9
+
+
+def show(name: str, xs: list[float]) -> None:
+    print(f"  {name:<16} median {statistics.median(xs):.3f} s  min {min(xs):.3f}  max {max(xs):.3f}  ({len(xs)} runs)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--help-runs", type=int, default=20)
+    ap.add_argument("--run-runs", type=int, default=10)
+    a = ap.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    bare, helps, firsts = [], [], []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        timed([*LOADGATE, "--help"])  # warm the file cache and bytecode once
+        for k in range(max(a.help_runs, a.run_runs)):
+            if k < a.help_runs:
+                bare.append(timed([sys.executable, "-c", "pass"]))
+                helps.append(timed([*LOADGATE, "--help"]))
+            if k < a.run_runs:
+                firsts.append(first_request(tmp, k))
+    show("python -c pass", bare)
+    show("loadgate --help", helps)
+    show("first request", firsts)
+
+
+if __name__ == "__main__":
+    main()

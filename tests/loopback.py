@@ -1,0 +1,30 @@
+"""One request over the raw transport to a server thread on loopback, for tests of what the client
+records of the server's writes."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable
+
+from loadgate.load.transport import Conn, Pool
+
+
+@contextlib.asynccontextmanager
+async def sent_to(serve: Callable[[socket.socket], None]) -> AsyncIterator[Conn]:
+    """Start `serve(listening socket)` in a thread, send one request to it and yield the connection
+    (its exchange under way: `conn.done`); close everything afterwards."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    th = threading.Thread(target=serve, args=(lsock,), daemon=True)
+    th.start()
+    pool = Pool(f"http://127.0.0.1:{lsock.getsockname()[1]}/v1/completions")
+    try:
+        c, _ = await pool.acquire()
+        c.begin()
+        await c.send(pool.request_bytes(b"{}", {}))
+        yield c
+    finally:
+        pool.close()
+        th.join(5)
+        lsock.close()
