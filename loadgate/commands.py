@@ -93,11 +93,17 @@ def _html_line(result: RunResult) -> str:
 
 def run(profile: str, *, quiet: bool, unverified: bool, html: bool = False) -> None:
     """`loadgate run`: the check's report as it runs, then the judged run, paths, and the verdict."""
-    from loadgate import runs
-    from loadgate.config.profile import load_profile
-    from loadgate.report.views import render_judgement
+    from loadgate.sim.process import prestart, stop_prestarted
 
-    result = runs.run(load_profile(profile), unverified=unverified, say=say, progress=progress_bar(not quiet))
+    prestart(profile)  # the embedded engine starts while the client's stages import
+    try:
+        from loadgate import runs
+        from loadgate.config.profile import load_profile
+        from loadgate.report.views import render_judgement
+
+        result = runs.run(load_profile(profile), unverified=unverified, say=say, progress=progress_bar(not quiet))
+    finally:
+        stop_prestarted()
     j, d = result.judgement, result.run_dir
     say(render_judgement(d, j, "table", exactness=False))
     if j.comparisons is not None:
@@ -110,10 +116,16 @@ def run(profile: str, *, quiet: bool, unverified: bool, html: bool = False) -> N
 
 
 def check(profile: str) -> None:
-    from loadgate import runs
-    from loadgate.config.profile import load_profile
+    from loadgate.sim.process import prestart, stop_prestarted
 
-    runs.check(load_profile(profile), say=say)
+    prestart(profile)
+    try:
+        from loadgate import runs
+        from loadgate.config.profile import load_profile
+
+        runs.check(load_profile(profile), say=say)
+    finally:
+        stop_prestarted()
 
 
 def baseline(profile: str, out: str) -> None:

@@ -24,12 +24,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns, time_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from loadgate.analysis.ab import SIDES
-from loadgate.analysis.summary import snapshot_to_json
 from loadgate.config.profile import Profile
 from loadgate.engine.adapters import CHAT_APIS
 from loadgate.engine.connect import Engine, open_engine, run_async
@@ -56,8 +54,12 @@ from loadgate.load.target import Target, target_spec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
 from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.records import RecordWriter
-from loadgate.verdict import Judgement, finish, write_stop
 from loadgate.version import __version__
+
+# The judging stages (analysis, verdict) are imported where a run ends, not here: the engine's first
+# request should not wait for them (`benchmarks/startup.py`).
+if TYPE_CHECKING:
+    from loadgate.verdict import Judgement
 
 Say = Callable[[str], None]
 Tick = Callable[[int], None]
@@ -84,6 +86,12 @@ class RunResult:
     @property
     def exit_code(self) -> int:
         return self.judgement.verdict.code
+
+
+def _snapshot_json(s: Any) -> Any:
+    from loadgate.analysis.summary import snapshot_to_json
+
+    return snapshot_to_json(s)
 
 
 # --- run folders ------------------------------------------------------------------------------
@@ -114,6 +122,8 @@ def run_folder(profile: Profile) -> Iterator[Path]:
     except BaseException as e:
         if any(path.iterdir()):
             if isinstance(e, ExactnessFailed | ExactnessNotEstablished):
+                from loadgate.verdict import write_stop
+
                 write_stop(path, e.exit_code, e.message,
                            "exactness" if isinstance(e, ExactnessFailed) else "not established")
         else:
@@ -219,8 +229,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
                     gauges = await sampler.stop()
                 after = await scrape(e.session, metrics_url)
                 server[str(level)] = {
-                    "before": None if before is None else snapshot_to_json(before),
-                    "after": None if after is None else snapshot_to_json(after), "gauges": gauges,
+                    "before": None if before is None else _snapshot_json(before),
+                    "after": None if after is None else _snapshot_json(after), "gauges": gauges,
                     "prefix_cache_reset": reset}  # the route that emptied the cache before the level (None: not asked)
             finally:
                 if isinstance(runner, WorkerGroup):
@@ -299,6 +309,8 @@ async def interruptible(grace_s: float) -> AsyncIterator[Interruption]:
 
 def _stopped_by(intr: Interruption, run_dir: Path) -> None:
     if intr.signal is not None:
+        from loadgate.verdict import write_stop
+
         write_stop(run_dir, 128 + intr.signal, intr.words, "interrupted")
 
 
@@ -376,6 +388,8 @@ def run(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
 
     with run_folder(profile) as run_dir:
         run_async(go(run_dir))
+        from loadgate.verdict import finish
+
         return RunResult(run_dir, finish(run_dir))
 
 
@@ -401,6 +415,8 @@ def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
     and one ordinary run folder per run, then the verdict of the comparison."""
     profile = salted(profile)
     assert profile.ab is not None
+    from loadgate.analysis.ab import SIDES
+
     sides = {s: side_profile(profile, s) for s in SIDES}
     order = run_order(profile.ab.pairs, profile.ab.order_seed)
 
@@ -437,6 +453,8 @@ def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
 
     with run_folder(profile) as run_dir:
         run_async(go(run_dir))
+        from loadgate.verdict import finish
+
         return RunResult(run_dir, finish(run_dir))
 
 

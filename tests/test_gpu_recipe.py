@@ -103,7 +103,8 @@ def test_the_archive_unpacks_into_the_layout_of_docs_validation(tmp_path):
     for f in ("comparison.json", "verdict.json", "ab.json"):
         (run / f).write_text("{}")
     (run / "B1" / "summary.json").write_text("{}")
-    (run / "B1" / "records.jsonl").write_text("left out\n")
+    (run / "B1" / "records.jsonl").write_text("{}\n")
+    (run / "B1" / "stdout.txt").write_text("left out\n")
     models.mkdir()
     (models / "models.json").write_text("{}")
     (tmp_path / "pipeline.log").write_text("[0s] wheels")
@@ -113,7 +114,8 @@ def test_the_archive_unpacks_into_the_layout_of_docs_validation(tmp_path):
     with tarfile.open(out) as tar:
         names = sorted(tar.getnames())
     assert names == ["models.json", "pipeline.log", "restart-bit-exact.txt", "results.json",
-                     "spec-solo-performance/B1/summary.json", "spec-solo-performance/ab.json",
+                     "spec-solo-performance/B1/records.jsonl", "spec-solo-performance/B1/summary.json",
+                     "spec-solo-performance/ab.json",
                      "spec-solo-performance/comparison.json", "spec-solo-performance/verdict.json"]
     existing = {p.relative_to(ROOT / "docs" / "validation").as_posix()
                 for p in (ROOT / "docs" / "validation").rglob("*") if p.is_file()}

@@ -137,21 +137,3 @@ def test_the_kernel_counts_one_segment_for_one_write_and_two_for_two_writes_read
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         ones = runner.run(exchange())
     assert ones[:3] == [True, True, False], ones  # headers, the one write, the two writes read together
-
-
-def test_several_segments_after_a_silence_keep_the_bound_since_the_streams_previous_read():
-    """A stream read every 8 ms goes quiet for 16 ms, then one quiet-turn read holds two writes:
-    the signature of a segment held up before the socket (delivery deferred on a busy CPU), which
-    the turn's wake cannot bound. Its chunks keep the bound since the stream's previous read; the
-    same two writes after the usual gap get the turn's floor."""
-    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-    ev = b"9\r\ndata: 1\n\n\r\n"
-    for gap, want in ((16 * MS, 16 * MS - 10_000), (8 * MS, 200_000)):
-        stamps = [2 * MS, 10 * MS, 18 * MS, 26 * MS, 26 * MS + gap]
-        reads = [(stamps[0], head)] + [(t, ev) for t in stamps[1:-1]] + [(stamps[-1], ev + ev + b"0\r\n\r\n")]
-        begins = [(t + 10_000, t + 10_000, t - 200_000, True, True) for t in stamps[:-1]]
-        begins.append((stamps[-1] + 10_000, stamps[-1] + 10_000, stamps[-1] - 200_000, True, False))
-        raw = Raw(start_ns=0, sent_ns=1 * MS, socket_reads=reads, read_begin=begins)
-        finish_socket(raw)
-        bounds, busy = early_bounds(raw, [10 * MS, 18 * MS, 26 * MS, stamps[-1], stamps[-1]])
-        assert bounds[:3] == [0, 0, 0] and bounds[3] == want and busy == [], (gap, bounds)

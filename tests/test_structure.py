@@ -33,7 +33,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("loadgate.commands", "loadgate.cli", "loadgate", "loadgate.__main__"),
 )
 COMMAND_LAYER = {"loadgate.cli", "loadgate.commands", "loadgate.sim.cli"}
-SIM_IMPORTERS = {"loadgate.engine.connect", "loadgate.cli"}
+SIM_IMPORTERS = {"loadgate.engine.connect", "loadgate.cli", "loadgate.commands"}  # commands: the early start
 
 
 def modules() -> dict[str, Path]:

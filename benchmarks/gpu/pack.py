@@ -4,10 +4,10 @@ there (`tar -xzf validation.tar.gz -C docs/validation`) puts every file in its p
   results.json                 validate.py's summary (exit codes, verdicts, comparisons, times)
   <config>-<contract>.txt      loadgate's printed report of each command
   <config>-<contract>/         the JSON files of that run folder (exactness, verdict, comparison, ab,
-                               and each A/B run's summary and verdict under A1 … B5/)
+                               and each A/B run's summary, verdict, health and records under A1 … B5/)
   models.json  gpu.txt  pipeline.log  validate.log
 
-No models, binaries, records or server logs: what comes back from the machine is limited in size.
+No models, binaries or server logs: what comes back from the machine is limited in size.
 
     python3 benchmarks/gpu/pack.py --val /tmp/gv/val --models /tmp/gv/models --work /tmp/gv --out OUT.tar.gz
 """
@@ -19,7 +19,7 @@ import tarfile
 from pathlib import Path
 
 RUN_FILES = ("exactness.json", "verdict.json", "comparison.json", "ab.json", "summary.json")
-AB_RUN_FILES = ("summary.json", "verdict.json")
+AB_RUN_FILES = ("summary.json", "verdict.json", "records.jsonl", "health.json")
 
 
 def members(val: Path, models: Path, work: Path) -> list[tuple[Path, str]]:

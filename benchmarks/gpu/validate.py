@@ -108,7 +108,8 @@ def exit_line(name: str, r: dict[str, Any]) -> str:
 def loadgate(*args: str, log: Path) -> int:
     with open(log, "w") as f:
         return subprocess.run([sys.executable, "-m", "loadgate", *args], stdout=f, stderr=subprocess.STDOUT,
-                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}).returncode
 
 
 def profile(path: Path, url: str, decl: dict[str, str], exactness: dict[str, Any], *, ab_url: str | None = None,

@@ -41,10 +41,10 @@ async def engine_url(profile: Profile) -> AsyncIterator[str]:
     if profile.target.endpoint != "embedded":
         yield profile.target.endpoint.rstrip("/")
         return
-    from loadgate.sim.process import SimProcess
+    from loadgate.sim.process import SimProcess, take_prestarted
 
-    sim = SimProcess(profile.target.sim)
-    await asyncio.get_running_loop().run_in_executor(None, sim.start)
+    sim = take_prestarted(profile.target.sim) or SimProcess(profile.target.sim)
+    await asyncio.get_running_loop().run_in_executor(None, sim.wait if sim.spawned else sim.start)
     try:
         yield sim.url
     finally:

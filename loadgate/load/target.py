@@ -191,16 +191,7 @@ def finish_socket(raw: Raw) -> None:
         return
     raw.status, raw.headers_ns, raw.reads = resp.status, resp.headers_ns, resp.body
     prev, carried = raw.sent_ns or raw.start_ns, False
-    gaps = sorted(b[0] - a[0] for a, b in zip(raw.socket_reads[1:], raw.socket_reads[2:], strict=False))
-    usual = gaps[len(gaps) // 2] if len(gaps) >= 3 else None
-    last_t = None
     for (t, data), (b, wake, floor, quiet, one) in zip(raw.socket_reads, raw.read_begin, strict=False):
-        if quiet and not one and usual is not None and last_t is not None and t - last_t > SILENCE * usual:
-            # several segments after a silence longer than the stream's usual gap: one may have
-            # waited through it (delivery held up before the socket, which no clock here shows),
-            # so the turn's wake says nothing of it: the bound since the stream's previous read
-            floor = 0
-        last_t = t
         # data a full read left behind may predate the loop's last turns: only the older bound holds
         raw.prev_read_of.setdefault(t, prev if carried else max(prev, floor))
         raw.wake_of.setdefault(t, wake)
@@ -248,7 +239,6 @@ async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
     return raw
 
 
-SILENCE = 1.5  # a read this many times the stream's median gap after the one before it followed a silence
 LATE_READ_NS = 2_000_000  # a loop turn that woke this long after a read's last packet: the loop was behind (the default stamp budget)
 
 

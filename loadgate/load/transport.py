@@ -446,7 +446,9 @@ class SocketConn(_Framing):
             if self.closed:
                 return
             begin = now()  # data not in this read arrived after this (the GIL may be late to return)
-            turn = turns.enter(begin, self.loop)
+            turn = turns.current  # the open turn, else a new one (`enter` also checks: this is the hot path)
+            if turn is None or not turns.pending or turns.loop is not self.loop:
+                turn = turns.enter(begin, self.loop)
             try:
                 data, anc, _, _ = recvmsg(READ_SIZE, 64)
             except (BlockingIOError, InterruptedError):

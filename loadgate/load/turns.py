@@ -21,9 +21,8 @@ Two kinds of turn, two floors:
   poll began to sleep.
 - **quiet** (the turn woke from an idle poll): the thread slept since the marker (its count of
   voluntary context switches moved; a clock gap is no proof, since a hypervisor's steal time is in
-  no clock of the guest) while no other thread of the process ran (a thread waiting for the
-  interpreter lock sleeps too: with another thread's CPU time above `OTHER_THREADS_NS` the turn is
-  busy). It sleeps only in the poll, and a level-triggered poll sleeps only while
+  no clock of the guest), and the process has no other thread that could have held the interpreter
+  lock (a thread waiting for the lock sleeps too; see `no_other_threads`). It sleeps only in the poll, and a level-triggered poll sleeps only while
   no socket has data, so once the first byte read in this turn had arrived the thread did not sleep
   again: until the wake it ran (its CPU time) or waited for a CPU (its run-queue delay,
   `/proc/thread-self/schedstat`). So everything read in this turn arrived after the wake less that
@@ -37,9 +36,12 @@ Two kinds of turn, two floors:
 A server that writes several events at once (llama-server sends a verify step's accepted tokens as
 one event each) then gets a bound of tens of microseconds in a quiet turn, instead of the whole gap
 since the stream's previous read. Not covered: sleeps outside the poll that nobody reported with
-`after_blocking`, and packets the kernel stamps long before it queues them on the socket (loopback
-softirq work deferred on a busy CPU); the caller widens a read of several segments that follows a
-silence longer than its stream's usual gap, the signature of the latter. `benchmarks/client_truth.py` counts the chunks
+`after_blocking`, and packets stamped long before they became readable (delivery held up by the
+kernel or the hypervisor: seen on a shared 2-core virtual machine, where a whole engine step's
+packets for 8 streams were read 8.6 ms after their stamps, together with the next step's). No
+client can tell those from a server that paused and then sent two writes at once; a rule that
+widened such reads made every speculative run against llama-server at 8 slots invalid (its steps
+are irregular), so there is none. `benchmarks/client_truth.py` counts the chunks
 whose bound an independent server's write times contradict. Without the schedstat file no turn is
 quiet, and the bounds stay the busy ones.
 """
@@ -48,14 +50,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable
 from resource import RUSAGE_THREAD, getrusage
-from time import perf_counter_ns, process_time_ns, thread_time_ns
+from time import perf_counter_ns, thread_time_ns
 
 QUIET_MIN_NS = 20_000  # a turn this soon after the last marker did not wake from a sleep worth telling apart
 WAKE_SLACK_NS = 150_000  # off a quiet turn's floor: the clocks' offset, and a virtual CPU's wake (50-150 µs on the 2-core VM)
-OTHER_THREADS_NS = 50_000  # CPU time of the process's other threads since the marker that still leaves a sleep "in the poll"
 HOST_TOLERANCE_NS = 200_000  # a quiet turn whose first read waited longer than its wake explains by this: distrusted
 NEVER_STAMPED = 1 << 62
 
@@ -87,11 +89,21 @@ def _run_delay_reader() -> Callable[[], int] | None:
     return run_delay
 
 
+def no_other_threads() -> bool:
+    """Whether this thread is the process's only Python thread but for the event loop's executor
+    threads (`asyncio_N`: idle during a phase, waiting on their queue without the interpreter lock).
+    Another thread may hold the lock, and this one's wait for it is a sleep outside the poll. Neither
+    CPU clock tells: the kernel adds another thread's running slice to the process's time only at a
+    tick or a switch (a thread that held the lock for 30 ms showed 0.12 ms)."""
+    main = threading.current_thread()
+    return all(t is main or t.name.startswith("asyncio_") for t in threading.enumerate())
+
+
 class Turn:
     """One loop turn, shared by every read it ran (see the module docstring). `floor()` is final
     once the turn is over, which it is before any task sees a response that ended in it."""
 
-    __slots__ = ("wake", "quiet", "base", "estimate", "first_stamp", "after")
+    __slots__ = ("wake", "quiet", "base", "estimate", "first_stamp", "after", "_floor")
 
     def __init__(self, wake: int, quiet: bool, base: int, estimate: int = 0, after: Turn | None = None) -> None:
         self.wake = wake  # when its first read began
@@ -100,6 +112,7 @@ class Turn:
         self.estimate = estimate  # quiet: the wake less the CPU and run-queue time since the marker, less slack
         self.first_stamp = NEVER_STAMPED  # the earliest kernel stamp among its reads
         self.after = after  # busy: the last quiet turn before it (its floor holds here too)
+        self._floor: int | None = None
 
     def unexplained(self) -> int:
         """Quiet: the part of the first read's wait that CPU and run-queue time do not explain (the host)."""
@@ -110,12 +123,16 @@ class Turn:
         return self.quiet and self.unexplained() <= HOST_TOLERANCE_NS
 
     def floor(self) -> int:
-        """The earliest any byte read in this turn can have arrived."""
-        if self.quiet:
-            if not self.narrowed():  # the wake was held up: no narrowing past the poll's start
-                return self.base
-            return max(self.base, min(self.estimate, self.first_stamp - WAKE_SLACK_NS) - self.unexplained())
-        return self.base if self.after is None else max(self.base, self.after.floor())
+        """The earliest any byte read in this turn can have arrived (kept once computed: it is asked
+        only once the turn is over)."""
+        if self._floor is None:
+            if not self.quiet:
+                self._floor = self.base if self.after is None else max(self.base, self.after.floor())
+            elif not self.narrowed():  # the wake was held up: no narrowing past the poll's start
+                self._floor = self.base
+            else:
+                self._floor = max(self.base, min(self.estimate, self.first_stamp - WAKE_SLACK_NS) - self.unexplained())
+        return self._floor
 
 
 class LoopTurns:
@@ -123,7 +140,7 @@ class LoopTurns:
     from task code."""
 
     __slots__ = ("current", "pending", "loop", "exact", "marker", "ended", "ended_before", "marker_cpu",
-                 "marker_rd", "marker_sleeps", "marker_proc", "run_delay", "last_quiet")
+                 "marker_rd", "marker_sleeps", "run_delay", "last_quiet")
 
     def __init__(self) -> None:
         self.current: Turn | None = None
@@ -131,7 +148,6 @@ class LoopTurns:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.exact = False
         self.marker = self.ended = self.ended_before = self.marker_cpu = self.marker_rd = self.marker_sleeps = 0
-        self.marker_proc = 0
         self.run_delay: Callable[[], int] | None = None
         self.last_quiet: Turn | None = None
 
@@ -146,13 +162,11 @@ class LoopTurns:
         rd = self.run_delay
         turn: Turn
         quiet = False
-        if rd is not None and self.marker and begin_ns - self.ended > QUIET_MIN_NS \
-                and getrusage(RUSAGE_THREAD).ru_nvcsw > self.marker_sleeps:  # it blocked since the marker
-            cpu = thread_time_ns() - self.marker_cpu
-            # ... in the poll, unless another thread ran meanwhile (it may have held the interpreter lock)
-            quiet = process_time_ns() - self.marker_proc - cpu <= OTHER_THREADS_NS
+        if rd is not None and self.marker and begin_ns - self.ended > QUIET_MIN_NS:
+            # it blocked since the marker, in the poll: no other thread could have held the interpreter lock
+            quiet = getrusage(RUSAGE_THREAD).ru_nvcsw > self.marker_sleeps and no_other_threads()
         if quiet and rd is not None:
-            busy = cpu + (rd() - self.marker_rd)
+            busy = (thread_time_ns() - self.marker_cpu) + (rd() - self.marker_rd)
             turn = self.last_quiet = Turn(begin_ns, True, self.marker, begin_ns - busy - WAKE_SLACK_NS)
         else:
             turn = Turn(begin_ns, False, self.ended_before if self.exact else 0, after=self.last_quiet)
@@ -178,9 +192,9 @@ class LoopTurns:
         now = perf_counter_ns()
         self.ended_before, self.ended, self.marker = self.ended, now, now
         if self.run_delay is not None:
-            self.marker_cpu, self.marker_rd = thread_time_ns(), self.run_delay()
-            self.marker_sleeps = getrusage(RUSAGE_THREAD).ru_nvcsw
-            self.marker_proc = process_time_ns()
+            # thread_time_ns, not getrusage's times: those leave out the slice the thread is running
+            self.marker_cpu, self.marker_sleeps = thread_time_ns(), getrusage(RUSAGE_THREAD).ru_nvcsw
+            self.marker_rd = self.run_delay()
 
 
 LOOP_TURNS = LoopTurns()

@@ -98,7 +98,9 @@ TRUTH_LOG_ENV = "LOADGATE_SIM_TRUTH_LOG"  # a file to write the truth log to whe
 async def serve(cfg: SimConfig, host: str, port: int, on_ready: Callable[[str], None]) -> None:
     """Serve until SIGINT/SIGTERM; `on_ready(url)` is called once listening. With the environment
     variable LOADGATE_SIM_TRUTH_LOG set, the truth log (`loadgate.sim.truth`, JSON lines) is written
-    to that file when it stops (the embedded engine of a `loadgate run` too: it inherits the variable)."""
+    to that file when it stops (the embedded engine of a `loadgate run` too: it inherits the
+    variable), and beside it, in `<file>.first`, when the first request of any route but /health
+    arrived (perf_counter_ns); `{pid}` in the name becomes the server's process id."""
     from loadgate.sim.server import running_sim
 
     loop = asyncio.get_running_loop()
@@ -109,8 +111,10 @@ async def serve(cfg: SimConfig, host: str, port: int, on_ready: Callable[[str], 
         on_ready(sim.url)
         await stop.wait()
         if path := os.environ.get(TRUTH_LOG_ENV):  # for benchmarks of a whole `loadgate run`
+            path = path.replace("{pid}", str(os.getpid()))
             with contextlib.suppress(OSError):
                 Path(path).write_bytes(sim.truth.jsonl())
+                Path(path + ".first").write_text(str(sim.state.first_request_ns))
 
 
 def _run(cfg: SimConfig, host: str, port: int) -> None:

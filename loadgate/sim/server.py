@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ def build_app(cfg: SimConfig) -> web.Application:
     tokenizer = Tokenizer(cfg.vocab_size)
     model = SimModel(cfg, tokenizer)
     state = SimState(cfg=cfg, tokenizer=tokenizer, model=model, engine=Engine(cfg, model))
-    middlewares = [_require_key(cfg.api_key_env)] if cfg.api_key_env else []
+    middlewares = [_first_request(state)] + ([_require_key(cfg.api_key_env)] if cfg.api_key_env else [])
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
     app[STATE] = state
 
@@ -54,6 +55,17 @@ def build_app(cfg: SimConfig) -> web.Application:
     app.on_shutdown.append(stop_engine)
     add_routes(app)
     return app
+
+
+def _first_request(state: SimState) -> Any:
+    """A middleware that notes when the first request of any route arrived (`SimState.first_request_ns`)."""
+    @web.middleware
+    async def note(request: web.Request, handler: Any) -> web.StreamResponse:
+        if state.first_request_ns is None and request.path != "/health":
+            state.first_request_ns = time.perf_counter_ns()
+        return await handler(request)  # type: ignore[no-any-return]
+
+    return note
 
 
 def _require_key(env_name: str) -> Any:

@@ -64,6 +64,7 @@ class SimState:
     engine: Engine
     truth: TruthLog = field(default_factory=TruthLog)
     requests_seen: int = 0
+    first_request_ns: int | None = None  # when the first request of any route but /health arrived
     started: float = field(default_factory=time.time)
 
     @property
