@@ -7,6 +7,7 @@ import dataclasses
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import orjson
@@ -55,7 +56,10 @@ def _intrude(url: str, n: int, max_tokens: int) -> None:
     body = orjson.dumps({"model": "sim-tiny", "prompt": "someone else", "max_tokens": max_tokens, "ignore_eos": True})
     for _ in range(n):
         req = urllib.request.Request(url + "/v1/completions", data=body, headers={"content-type": "application/json"})
-        urllib.request.urlopen(req, timeout=30).read()
+        try:
+            urllib.request.urlopen(req, timeout=30).read()
+        except urllib.error.HTTPError:  # a simulator that injects faults answers some with 503: still traffic
+            pass
 
 
 @pytest.mark.parametrize("foreign", [False, True])
@@ -115,6 +119,7 @@ def _hog(stop: threading.Event) -> None:
         pass
 
 
+@pytest.mark.timing  # the timing step: the stamp bound's tests against the simulator's truth log
 def test_a_blocked_loop_is_invalid_with_the_bound_it_measured_and_the_bound_holds(tmp_path):
     """Another thread takes the interpreter for 30 ms at a time, so the receive loop reads several
     chunks at once: the stated bound covers the simulator's true send times, and exceeds the budget."""

@@ -16,7 +16,7 @@ from loadgate.sim.process import SimProcess
 from tests.simtruth import profile_for, run
 
 BURSTS = SimConfig(seed=9, speculative=SpeculativeConfig(method="draft_model", k=4), stream_events="per_token",
-                   decode_step_us=6000, decode_us_per_seq=20, prefill_us_per_token=2)  # ~8 ms steps at 64
+                   decode_step_us=15000, decode_us_per_seq=20, prefill_us_per_token=2)  # ~16 ms steps at 64
 SLACK_NS = 50_000  # per_token sends are stamped just after the write: only the clocks' offset is left
 
 
