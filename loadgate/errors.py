@@ -107,7 +107,7 @@ EXIT_CODES: dict[int, str] = {
     2: "usage or profile error",
     3: "engine unreachable or setup failure",
     4: "results could not be written",
-    5: "run folder damaged",
+    5: "run folder damaged or cut short",
     10: "exactness failed",
     11: "exactness not established for this configuration",
     12: "the fingerprint differs from the saved one",

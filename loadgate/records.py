@@ -6,8 +6,8 @@ run. All times are integer nanoseconds of `time.perf_counter_ns()` relative to t
 `t0_ns` (kept in `meta.json`). In memory a record is a `Record`; on disk it is that dataclass's
 fields as JSON, in order.
 
-Schema version 4 — fields of one record:
-  v                  schema version (4)
+Schema version 5 — fields of one record:
+  v                  schema version (5)
   i                  index in the request plan (warmup requests first)
   warmup             true for warmup requests (excluded from every figure)
   level              the load level this request belongs to: concurrency (closed loop) or rate
@@ -49,11 +49,17 @@ Schema version 4 — fields of one record:
                      connect), false on a kept-alive one, null where unknown (aiohttp transport)
   spec               null or {source, verify_steps, draft_tokens, accepted,
                      reported_acceptance_length}
+  counts_received    null, or the token counts the server sent that no server can mean (a bool,
+                     a negative, a fraction, a string, a number beyond any context), by field
+                     (prompt_tokens, completion_tokens), as received; the record's own count then
+                     comes from the output ids where the stream had them, else it is null and
+                     the request unverified (new in v5)
 
+Version 4 had the same fields less `counts_received` (read as null).
 Version 3 had the same fields less `chunk_busy` (read as null: the cause is unknown).
 Version 2 had the same fields as 3 less `chunk_early_ns` and the limit error kinds (read as no bound).
 Version 1 as version 2, except that `new_connection` was absent from files written before it was
-added (read as null). `read_records` reads all four.
+added (read as null). `read_records` reads all five.
 """
 
 from __future__ import annotations
@@ -70,8 +76,8 @@ import orjson
 from loadgate.errors import ResultsNotWritten, UsageError
 from loadgate.secrets import redact_bytes
 
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +126,7 @@ class Record:
     read_lag_max_ns: int = 0
     new_connection: bool | None = None
     spec: SpecStats | None = None
+    counts_received: dict[str, Any] | None = None  # impossible server counts, as received (new in v5)
 
     @property
     def succeeded(self) -> bool:
@@ -141,7 +148,7 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
-        """A record from its JSON object (schema v1 to v4); KeyError/TypeError on a wrong shape."""
+        """A record from its JSON object (schema v1 to v5); KeyError/TypeError on a wrong shape."""
         err, spec = d.get("error"), d.get("spec")
         fields = {k: d[k] for k in _FIELDS if k in d}
         fields["v"] = SCHEMA_VERSION
@@ -177,6 +184,8 @@ def _check_types(f: dict[str, Any]) -> None:
         bad.append("chunk_tokens (not one per chunk)")
     if not bad and f.get("chunk_early_ns") and len(f["chunk_early_ns"]) != len(f.get("chunk_ns", [])):
         bad.append("chunk_early_ns (not one per chunk)")
+    if f.get("counts_received") is not None and not isinstance(f["counts_received"], dict):
+        bad.append("counts_received")
     if not bad and any(not 0 <= j < len(f.get("chunk_ns", [])) for j in f.get("chunk_busy") or []):
         bad.append("chunk_busy (an index past the chunks)")
     if bad:
@@ -280,7 +289,7 @@ class Damage:
 
 
 def read_records(path: Path, *, include_warmup: bool = False, damage: Damage | None = None) -> Iterator[Record]:
-    """Yield records from a records.jsonl (schema v1 to v4), skipping warmup ones unless asked.
+    """Yield records from a records.jsonl (schema v1 to v5), skipping warmup ones unless asked.
 
     With `damage`, a line that cannot be read is counted there and skipped, and so is a last line
     cut short; without, such a line is a UsageError naming it (a cut last line still ends the

@@ -38,6 +38,7 @@ from loadgate.errors import (
     ExactnessFailed,
     ExactnessNotEstablished,
     FingerprintsDiffer,
+    ProfileError,
     UsageError,
 )
 from loadgate.exactness import baseline as bl
@@ -54,6 +55,7 @@ from loadgate.load.target import Target, target_spec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
 from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.records import RecordWriter
+from loadgate.runstate import STATE_FILE, write_state
 from loadgate.version import __version__
 
 # The judging stages (analysis, verdict) are imported where a run ends, not here: the engine's first
@@ -117,22 +119,35 @@ def run_folder(profile: Profile) -> Iterator[Path]:
     root = Path(profile.output.dir)
     made = [p for p in (root, *root.parents) if not p.exists()]  # folders this run creates
     path = new_run_dir(profile)
+    write_state(path, "running")
     try:
         yield path
     except BaseException as e:
-        if any(path.iterdir()):
+        if any(p.name != STATE_FILE for p in path.iterdir()):
+            write_state(path, "stopped", getattr(e, "exit_code", None))
             if isinstance(e, ExactnessFailed | ExactnessNotEstablished):
                 from loadgate.verdict import write_stop
 
                 write_stop(path, e.exit_code, e.message,
                            "exactness" if isinstance(e, ExactnessFailed) else "not established")
         else:
+            with contextlib.suppress(OSError):
+                (path / STATE_FILE).unlink()
             for p in (path, *made):
                 try:
                     p.rmdir()  # only succeeds when empty
                 except OSError:
                     break
         raise
+
+
+def finished(run_dir: Path) -> RunResult:
+    """Judge the folder, write its summary and verdict, then mark it final with the verdict's code."""
+    from loadgate.verdict import finish
+
+    result = RunResult(run_dir, finish(run_dir))
+    write_state(run_dir, "final", result.exit_code)
+    return result
 
 
 def levels(profile: Profile) -> list[int | float]:
@@ -346,8 +361,40 @@ def raise_open_file_limit(needed: int) -> None:
                           "(or more) before running loadgate, or lower the concurrency or use more load.workers")
 
 
+def usable_memory() -> tuple[int, str] | None:
+    """The memory loadgate may use here, in bytes, and where that figure comes from: the cgroup's
+    limit where one is set (v2 `memory.max`, v1 `memory.limit_in_bytes`), else physical memory."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            text = Path(path).read_text().strip()
+            if text != "max" and int(text) < 1 << 60:
+                return int(text), f"the cgroup's limit, {path}"
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "physical memory"
+    return None
+
+
+def check_memory_budget(profile: Profile) -> None:
+    """ProfileError (exit 2) naming `target.limits.memory_budget_mb` when the budget of every
+    client process together is above half the memory loadgate may use: the kernel would kill the
+    run before the budget ever cut a response."""
+    usable = usable_memory()
+    if usable is None:
+        return
+    total, where = usable
+    budget = profile.target.limits.memory_budget_mb * 2**20
+    workers = profile.load.workers
+    if budget * workers > total / 2:
+        each = f"{workers} worker processes at " if workers > 1 else ""
+        raise ProfileError(profile.path or "profile", None, "target.limits.memory_budget_mb",
+                           f"{each}{profile.target.limits.memory_budget_mb:g} MiB is more than half the memory "
+                           f"loadgate may use here ({total / 2**20:,.0f} MiB, {where}); give at most "
+                           f"{total / 2 / workers / 2**20:,.0f} MiB")
+
+
 def _preflight(profile: Profile, unverified: bool) -> None:
     raise_open_file_limit(open_files_needed(profile))
+    check_memory_budget(profile)
     if profile.exactness is None and not unverified:
         raise ExactnessNotEstablished(
             f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
@@ -388,9 +435,7 @@ def run(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
 
     with run_folder(profile) as run_dir:
         run_async(go(run_dir))
-        from loadgate.verdict import finish
-
-        return RunResult(run_dir, finish(run_dir))
+        return finished(run_dir)
 
 
 def side_profile(profile: Profile, side: str) -> Profile:
@@ -453,9 +498,7 @@ def run_ab(profile: Profile, *, unverified: bool = False, say: Say = _quiet,
 
     with run_folder(profile) as run_dir:
         run_async(go(run_dir))
-        from loadgate.verdict import finish
-
-        return RunResult(run_dir, finish(run_dir))
+        return finished(run_dir)
 
 
 # --- the other commands -------------------------------------------------------------------------
@@ -464,6 +507,7 @@ def check(profile: Profile, say: Say = _quiet) -> CheckOutcome:
     """`loadgate check`: the exactness check alone (report to `say`); raises ExactnessFailed (exit
     10) when it fails."""
     profile.check_files(("target", "exactness"))
+    check_memory_budget(profile)
 
     async def go(run_dir: Path) -> CheckOutcome:
         async with open_engine(profile) as e:
@@ -473,6 +517,7 @@ def check(profile: Profile, say: Say = _quiet) -> CheckOutcome:
         outcome = run_async(go(run_dir))
         say(check_text(outcome))
         policy.raise_if_failed(outcome)
+        write_state(run_dir, "final", 0)
     return outcome
 
 

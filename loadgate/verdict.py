@@ -6,6 +6,9 @@ that applies winning:
 
   stop.json         the gate stopped the run (exactness failed: 10; fingerprint changed: 11), or a
                     signal did (interrupted: 130 / 143, the figures of what finished still shown)
+  incomplete   5    the run never finished (state.json is not `final`: killed, or stopped on an
+                    error, whose code it keeps: 4 after a failed write); the figures of what it
+                    kept (records.jsonl, workers' part files, the exchange logs) are shown
   damaged      5    records.jsonl has lines that cannot be read (their numbers are named)
   invalid     30    the client was the bottleneck, token counts were off the plan, or other
                     traffic reached the server (`summary.levels.*.invalid`)
@@ -36,11 +39,13 @@ from loadgate.errors import EXIT_CODES
 from loadgate.exactness.check import not_established_words
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.records import Damage
+from loadgate.runstate import read_state
 
 VERDICT_VERSION = 1
 OUTCOME_WORDS = {"passed": "PASSED", "invalid": "INVALID", "damaged": "DAMAGED", "interrupted": "INTERRUPTED", "unverified": "UNVERIFIED", "threshold": "FAILED",
                  "regressed": "REGRESSED", "inconclusive": "INCONCLUSIVE", "exactness": "EXACTNESS FAILED",
-                 "not established": "NOT ESTABLISHED", "stopped": "STOPPED"}
+                 "not established": "NOT ESTABLISHED", "stopped": "STOPPED",
+                 "incomplete": "INCOMPLETE"}
 
 
 @dataclass(frozen=True)
@@ -130,14 +135,18 @@ def _decide(invalid: list[str], unverified: bool, judged: list[LevelJudgement], 
     return 0, "passed", ""
 
 
-def judge(run_dir: Path | str) -> Judgement:
-    """The verdict of a run folder or an A/B folder, from its files alone."""
+def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
+    """The verdict of a run folder or an A/B folder, from its files alone. `finishing`: the run
+    itself judges the folder it is about to mark final (not incomplete, then)."""
     run_dir = Path(run_dir)
     if (run_dir / "ab.json").exists():
         return _judge_ab(run_dir)
     stopped = _stopped(run_dir)
     if stopped is not None and (stopped.outcome != "interrupted" or not (run_dir / "meta.json").exists()):
         return Judgement(stopped)
+    state = read_state(run_dir)
+    if not finishing and stopped is None and state is not None and state.get("state") != "final":
+        return _incomplete(run_dir, state)
     if not (run_dir / "records.jsonl").exists() and (checked := _exactness_of(run_dir)) is not None:
         if checked == "passed":  # `loadgate check`: nothing measured
             return Judgement(Verdict(0, "passed", "", exactness="passed"))
@@ -159,6 +168,45 @@ def judge(run_dir: Path | str) -> Judgement:
     v = Verdict(code, outcome, message, "run", "not run" if summary.unverified else _exactness_of(run_dir),
                 invalid, judged_json(judged))
     return Judgement(v, summary=summary, thresholds=judged)
+
+
+def _planned(meta: dict[str, Any]) -> int | None:
+    """Measured requests the run planned: per level, the workload's count (None: a timed run)."""
+    n = ((meta.get("profile") or {}).get("workload") or {}).get("requests")
+    return n * len(meta.get("levels") or []) if isinstance(n, int) else None
+
+
+def _incomplete(run_dir: Path, state: dict[str, Any]) -> Judgement:
+    """A folder whose run did not finish: what it kept, judged INCOMPLETE with the run's own code
+    where it recorded one, else 5."""
+    from loadgate.load.recorder import recover
+    from loadgate.records import read_records
+
+    code = state.get("code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) and code in EXIT_CODES and code else 5
+    recovered, logs = recover(run_dir)
+    for part in sorted(run_dir.glob(".part-*.jsonl")):  # a worker's records the parent never appended
+        recovered += list(read_records(part, include_warmup=True, damage=Damage()))
+    why = ("the run stopped on an error (exit " + str(code) + ": " + EXIT_CODES[code] + ")" if code != 5 else
+           "the run never finished (killed, or still running"
+           + (f" as pid {state['pid']} on {state['host']}" if state.get("pid") and state.get("host") else "") + ")")
+    missing = [f for f in ("summary.json", "verdict.json") if not (run_dir / f).exists()]
+    if not (run_dir / "meta.json").exists():
+        return Judgement(Verdict(code, "incomplete", f"run incomplete: {why}; nothing was measured (no meta.json)"))
+    summary = build_summary(run_dir, extra=recovered)
+    meta = load_json(run_dir / "meta.json")
+    kept = sum(s.requests for s in summary.levels.values())
+    planned = _planned(meta)
+    from_logs = sum(1 for r in recovered if not r.warmup)
+    words = [f"run incomplete: {why}",
+             f"{kept} of {planned if planned is not None else 'an unplanned number of'} measured requests kept"
+             + (f" ({from_logs} decoded from the exchange logs it left)" if logs else "")]
+    if missing:
+        words.append("no " + " or ".join(missing))
+    invalid = [p for lv in summary.levels.values() for p in lv.invalid]
+    v = Verdict(code, "incomplete", "; ".join(words), "run",
+                "not run" if summary.unverified else _exactness_of(run_dir), invalid)
+    return Judgement(v, summary=summary)
 
 
 PREFIX_CACHE_TOLERANCE = 0.05  # largest difference of the sides' prefix-cache hit rates an A/B decides on
@@ -206,7 +254,7 @@ def _judge_ab(run_dir: Path) -> Judgement:
 def finish(run_dir: Path) -> Judgement:
     """Judge the folder and write what the judgement rests on: summary.json, comparison.json (A/B)
     and verdict.json."""
-    j = judge(run_dir)
+    j = judge(run_dir, finishing=True)
     if j.summary is not None:
         dump_json(run_dir / "summary.json", {**j.summary.to_json(), "thresholds": j.verdict.thresholds})
     if j.comparisons is not None and j.ab_info is not None:

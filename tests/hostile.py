@@ -102,6 +102,20 @@ async def endless_fast(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
         await writer.drain()
 
 
+async def endless_tiny(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> None:
+    """A chunked stream of tiny events that never stops: one short write at a time, so the client
+    keeps many small reads (each costs more memory in objects than in bytes)."""
+    writer.write(SSE_HEAD)
+    block = chunk(b": x\n")
+    k = 0
+    while True:
+        writer.write(block)
+        await writer.drain()
+        k += 1
+        if k % 16 == 0:
+            await asyncio.sleep(0)  # let the other streams write
+
+
 async def endless_slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> None:
     """A stream that never ends and never goes quiet: a comment line every 20 ms."""
     writer.write(SSE_HEAD)

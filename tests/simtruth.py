@@ -31,9 +31,10 @@ def run(profile: Profile) -> tuple[Path, list[Record], dict[str, Any]]:
 
 
 def truth_records_like_loadgate(records: list[Record], truth: list[dict[str, Any]], meta: dict[str, Any],
-                                run_tag_prefix: str) -> list[Record]:
+                                run_tag_prefix: str, stamp: str = "send_ns") -> list[Record]:
     """For each successful measured record, a copy whose chunk times are the simulator's send times
-    (relative to the client's start, same clock), so the same metric functions apply to both."""
+    (relative to the client's start, same clock), so the same metric functions apply to both.
+    `stamp`: which of the simulator's times (`send_ns`, `write_begin_ns`, `write_end_ns`)."""
     by_id = {t["request_id"]: t for t in truth}
     t0 = meta["t0_ns"]
     out = []
@@ -43,6 +44,6 @@ def truth_records_like_loadgate(records: list[Record], truth: list[dict[str, Any
         t = by_id[f"{run_tag_prefix}-{r.i}"]
         start_abs = t0 + r.start_ns
         chunks = [c for c in t["chunks"] if c["kind"] in ("tokens", "body") and c["n_tokens"] > 0]
-        out.append(dataclasses.replace(r, chunk_ns=[c["send_ns"] - start_abs for c in chunks],
+        out.append(dataclasses.replace(r, chunk_ns=[c[stamp] - start_abs for c in chunks],
                                        chunk_tokens=[c["n_tokens"] for c in chunks], end_ns=t["end_ns"] - t0))
     return out

@@ -7,8 +7,10 @@ over TLS; every limit is the default unless a test says otherwise."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +32,7 @@ from loadgate.engine.http import make_session
 from loadgate.jsonutil import load_json
 from loadgate.load.target import Target, TargetSpec, decode, fetch
 from loadgate.load.transport import Limits
+from loadgate.records import read_records
 from tests import hostile
 from tests.profiles import LAX_HEALTH
 
@@ -86,6 +89,53 @@ def test_many_endless_responses_together_are_cut_by_the_memory_budget():
     kinds = {d.error.kind for d in decoded if d.error is not None}
     assert "memory_budget" in kinds and kinds <= {"memory_budget", "response_too_large"}, kinds
     assert seconds < 20 and grew_mb < 200, (seconds, grew_mb)
+
+
+@pytest.mark.parametrize("behaviour", ["endless_fast", "endless_tiny"])
+def test_a_64_mb_budget_holds_20_endless_streams_within_128_mb_of_rss(tmp_path, behaviour):
+    """`loadgate run` with `memory_budget_mb: 64` against 20 streams that never end, of large events
+    and of tiny ones (a read's objects cost more than its bytes): the process's RSS grows by at most
+    128 MB, and the budget, not the timeout, ends every request."""
+    with hostile.HostileServer(getattr(hostile, behaviour)) as srv:
+        prof = tmp_path / "mem.yaml"
+        prof.write_text(yaml.safe_dump({
+            "name": "mem", "target": {"endpoint": srv.url, "model": "m", "timeout_s": 60,
+                                      "limits": {"memory_budget_mb": 64, "max_response_mb": 4096}},
+            "workload": {"requests": 20, "tokenizer": "none", "input_len": {"dist": "fixed", "value": 4},
+                         "output_len": {"dist": "fixed", "value": 2}},
+            "load": {"concurrency": 20}, "health": LAX_HEALTH, "output": {"dir": str(tmp_path / "out"), "run_id": "r"}}))
+        p = loadgate_proc("run", "-q", "--unverified", str(prof))
+        proc = psutil.Process(p.pid)
+        try:
+            assert srv.posted.wait(60), "no request arrived"
+            base = peak = proc.memory_info().rss
+            while p.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    peak = max(peak, proc.memory_info().rss)
+                time.sleep(0.02)
+            p.wait(90)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    grew_mb = (peak - base) / 2**20
+    print(f"{behaviour}: RSS grew by {grew_mb:.0f} MB")
+    assert grew_mb <= 128, f"RSS grew by {grew_mb:.0f} MB"
+    recs = list(read_records(tmp_path / "out" / "r" / "records.jsonl"))
+    assert len(recs) == 20 and {r.error.kind for r in recs if r.error} == {"memory_budget"}, \
+        {r.error.kind if r.error else None for r in recs}
+
+
+def test_a_memory_budget_above_half_the_machine_is_refused_in_one_line(tmp_path):
+    prof = sim_profile(tmp_path, requests=10)
+    doc = yaml.safe_load(prof.read_text())
+    doc["target"]["limits"] = {"memory_budget_mb": 100_000}
+    prof.write_text(yaml.safe_dump(doc))
+    p = subprocess.run([sys.executable, "-m", "loadgate", "run", "-q", "--unverified", str(prof)],
+                       cwd=REPO, capture_output=True, timeout=120)
+    err = p.stderr.decode().strip()
+    assert p.returncode == 2 and "\n" not in err, err
+    assert err.startswith(f"loadgate: {prof}: target.limits.memory_budget_mb: 100000 MiB is more than half"), err
+    assert "give at most" in err and not (tmp_path / "out").exists()
 
 
 def test_an_endless_slow_response_ends_at_the_request_timeout():
@@ -188,19 +238,24 @@ def served(url: str) -> int:
         return sum(1 for line in r.read().splitlines() if line)
 
 
+def until_served(run: Path, n: int, timeout_s: float = 90) -> str:
+    """Wait until the run's embedded simulator (its URL from meta.json) finished `n` requests."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not (run / "meta.json").exists():
+        time.sleep(0.05)
+    url = load_json(run / "meta.json")["engine_url"]
+    while time.monotonic() < deadline and served(url) < n:
+        time.sleep(0.05)
+    return str(url)
+
+
 @pytest.mark.parametrize("sig,workers", [(signal.SIGTERM, 2), (signal.SIGINT, 1)])
 def test_a_signal_mid_run_leaves_no_child_process_and_a_summary_marked_interrupted(tmp_path, sig, workers):
     configs_before = set(Path(tempfile.gettempdir()).glob("loadgate-sim-*.yaml"))
     p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path, workers=workers, warmup=8)))
     me = psutil.Process(p.pid)
     try:
-        deadline = time.monotonic() + 90
-        meta = tmp_path / "out" / "r" / "meta.json"
-        while time.monotonic() < deadline and not meta.exists():
-            time.sleep(0.05)
-        url = load_json(meta)["engine_url"]
-        while time.monotonic() < deadline and served(url) < 8 + 8:
-            time.sleep(0.05)  # until the simulator finished the warmup and some measured requests
+        until_served(tmp_path / "out" / "r", 8 + 8)  # the warmup and some measured requests
         children = me.children(recursive=True)
         assert len(children) >= 1 + (workers if workers > 1 else 0), children  # the simulator (+ workers)
         p.send_signal(sig)
@@ -261,32 +316,46 @@ def test_a_corrupt_or_truncated_records_file_is_reported_damaged_with_its_line_n
 
 # --- full disks ---------------------------------------------------------------------------------
 
-def test_a_failing_write_is_one_line_with_exit_4_and_leaves_no_half_line(tmp_path, capsys, monkeypatch):
-    import loadgate.records as records
+def _kept(out: str) -> int:
+    """The measured requests a report says an incomplete run kept."""
+    m = re.search(r"; (\d+) of \d+ measured requests kept", out)
+    assert m, out
+    return int(m.group(1))
 
-    real_write, calls = os.write, [0]
+
+def test_a_disk_full_mid_phase_stops_the_run_at_that_batch_with_exit_4_and_report_says_incomplete(
+        tmp_path, capsys, monkeypatch):
+    """The phase's exchange log meets ENOSPC at its third batch: the run stops there (exit 4, one
+    line naming the log), not at the end of its 3,000 requests; the whole frames before the failure
+    become records; `report` judges the folder INCOMPLETE with the run's own code, 4."""
+    real_write, batches = os.write, [0]
 
     def write(fd: int, data: Any) -> int:
-        calls[0] += 1
-        if calls[0] > 6:  # after six complete lines: half a line, then the disk is full
-            if calls[0] == 7:
-                return real_write(fd, bytes(data[: len(data) // 2]))
-            raise OSError(errno.ENOSPC, "No space left on device")
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".lgx"):
+            batches[0] += 1
+            if batches[0] > 3:  # the file's header, two batches: then the disk is full
+                raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr(records.os, "write", write)
-    code = main(["run", "-q", "--unverified", str(sim_profile(tmp_path, requests=20))])
+    monkeypatch.setattr(os, "write", write)
+    code = main(["run", "-q", "--unverified", str(sim_profile(tmp_path, requests=3000))])
+    monkeypatch.setattr(os, "write", real_write)
     err = capsys.readouterr().err.strip()
-    assert code == 4 and "\n" not in err and "No space left on device" in err, err
-    data = (tmp_path / "out" / "r" / "records.jsonl").read_bytes()
+    assert code == 4 and "\n" not in err and "No space left on device" in err and ".lgx" in err, err
+    run = tmp_path / "out" / "r"
+    data = (run / "records.jsonl").read_bytes()
     assert data.endswith(b"\n") and all(orjson.loads(line) for line in data.splitlines())
-    assert len(data.splitlines()) == 6
+    assert main(["report", str(run)]) == 4
+    out = capsys.readouterr().out
+    assert "outcome: INCOMPLETE (exit 4: results could not be written)" in out, out
+    assert "no summary.json or verdict.json" in out
+    assert 0 < _kept(out) == len(data.splitlines()) < 1500  # stopped at the batch, far from the end
 
 
-def test_a_full_tmpfs_gives_exit_4_and_no_half_line(tmp_path):
+def test_a_full_tmpfs_gives_exit_4_and_no_half_line(tmp_path, capsys):
     mnt = tmp_path / "small"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], capture_output=True).returncode:
         pytest.skip("cannot mount a tmpfs here (not root); the simulated write error above covers the path")
     try:
         prof = sim_profile(tmp_path, requests=4000, output={"dir": str(mnt), "run_id": "r"})
@@ -295,10 +364,52 @@ def test_a_full_tmpfs_gives_exit_4_and_no_half_line(tmp_path):
         err = p.stderr.decode().strip()
         assert p.returncode == 4 and "No space left on device" in err and "Traceback" not in err, err
         data = (mnt / "r" / "records.jsonl").read_bytes()
-        assert data and data.endswith(b"\n")
+        assert not data or data.endswith(b"\n")
         assert all(orjson.loads(line) for line in data.splitlines())
+        assert main(["report", str(mnt / "r")]) == 4
+        out = capsys.readouterr().out
+        assert "INCOMPLETE (exit 4" in out and 0 < _kept(out) < 4000, out  # the log's whole frames, decoded
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_sigkill_mid_phase_keeps_all_but_the_last_batch_and_report_says_incomplete(tmp_path, capsys):
+    """SIGKILL (no handler runs) in the middle of a 3,000-request phase: every request the
+    simulator had finished more than a batch's age before the kill is in the folder (its exchange
+    log, decoded by `report`), and `report` judges the folder INCOMPLETE, exit 5."""
+    from loadgate.load.exchanges import BATCH_S
+    from loadgate.load.recorder import recover
+
+    p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path)))
+    me = psutil.Process(p.pid)
+    children: list[psutil.Process] = []
+    try:
+        url = until_served(tmp_path / "out" / "r", 150)
+        children = me.children(recursive=True)
+        kill_ns = time.perf_counter_ns()
+        p.kill()
+        p.wait(30)
+        with urllib.request.urlopen(url + "/sim/truth", timeout=10) as r:
+            truth = [orjson.loads(line) for line in r.read().splitlines() if line]
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for c in children:
+            with contextlib.suppress(psutil.Error):
+                c.kill()
+    run = tmp_path / "out" / "r"
+    assert (run / "state.json").exists() and not (run / "summary.json").exists()
+    recovered, logs = recover(run)
+    assert logs and recovered
+    kept = {r.i for r in recovered}
+    settled = kill_ns - int((BATCH_S + 0.5) * 1e9)  # finished this long before the kill: its batch was written
+    due = {int(t["request_id"].rsplit("-", 1)[1]) for t in truth if t["end_ns"] and t["end_ns"] < settled}
+    assert len(due) >= 100 and due <= kept, sorted(due - kept)[:10]
+    assert main(["report", str(run)]) == 5
+    out = capsys.readouterr().out
+    assert "outcome: INCOMPLETE (exit 5: run folder damaged or cut short)" in out, out
+    assert "the run never finished (killed, or still running as pid" in out
+    assert _kept(out) == len(kept) and "decoded from the exchange logs it left" in out
 
 
 # --- open files -----------------------------------------------------------------------------------

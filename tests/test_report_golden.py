@@ -81,7 +81,7 @@ def test_a_version_1_summary_json_is_read_into_todays_summary():
     assert "summary_version" not in old
     s = Summary.from_json(old)
     again = build_summary(RUNS / "single")
-    assert s.summary_version == again.summary_version == SUMMARY_VERSION == 4
+    assert s.summary_version == again.summary_version == SUMMARY_VERSION == 5
     assert s.levels["4"].metrics == again.levels["4"].metrics
     assert s.levels["4"].token_counts.prompt_mismatches == again.levels["4"].token_counts.prompt_mismatches == 0
     assert Summary.from_json(again.to_json()) == again  # today's round-trips
@@ -136,6 +136,39 @@ def test_a_version_3_run_folder_is_read_and_reported_with_the_cause_of_its_bound
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
     assert "outcome: PASSED (exit 0)" in out and "while the client was behind" not in out
+
+
+def test_a_version_4_run_folder_is_read_with_the_host_unknown_and_reported_as_then(capsys):
+    """A run folder written by summary v4 (no host steal): it reads into today's summary with
+    `host_steal_fraction` null, rebuilds with it null (its health.json has none), and `report`
+    judges it PASSED (exit 0) as that version did."""
+    from loadgate.analysis.summary import Summary, build_summary
+    from loadgate.jsonutil import load_json
+
+    run = RUNS.parent / "runs-v4" / "single"
+    old = load_json(run / "summary.json")
+    assert old["summary_version"] == 4 and "host_steal_fraction" not in old["levels"]["16"]["client_health"]
+    s = Summary.from_json(old)
+    assert s.levels["16"].client_health.host_steal_fraction is None
+    again = build_summary(run)
+    assert s.levels["16"].metrics == again.levels["16"].metrics and again.levels["16"].succeeded == 40
+    assert again.levels["16"].client_health.host_steal_fraction is None
+    assert main(["report", str(run)]) == 0
+    assert "outcome: PASSED (exit 0)" in capsys.readouterr().out
+
+
+def test_an_invalid_stamp_bound_names_the_host_where_it_took_a_share_of_the_cpu():
+    """The INVALID message says the host took the CPU (steal) where it did, and only there."""
+    from loadgate.analysis.validity import verdict
+    from loadgate.config.profile import HealthBudgets
+
+    sb = {"stated_p99_ms": 6.2, "user_stamped_requests": 0, "shared_read_fraction": 0.4, "bounded_fraction": 0.3,
+          "busy_fraction": 0.3, "quiet_p99_ms": 0.1, "p99_ms": 6.2}
+    health = {"stamp_bound": sb, "loop_lag_ms": {"p99": 0.5}, "workers": 1}
+    for steal, named in ((None, False), (0.01, False), (0.31, True)):
+        msgs = verdict({**health, "host_steal_fraction": steal}, HealthBudgets())
+        assert len(msgs) == 1 and msgs[0].startswith("TTFT and ITL stamps may be off by up to 6.20 ms")
+        assert ("the host took 31% of this machine's CPU time (steal)" in msgs[0]) is named, msgs[0]
 
 
 def test_a_version_2_run_whose_loop_lagged_stays_invalid(tmp_path, capsys):

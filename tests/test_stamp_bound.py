@@ -3,36 +3,46 @@ hand-built exchanges whose true timings are known, and on real reads."""
 
 from __future__ import annotations
 
-from loadgate.load.target import LATE_READ_NS, READ_SIZE, Raw, early_bounds, finish_socket
+from loadgate.load.target import READ_SIZE, Raw, early_bounds, finish_socket
 
 MS = 1_000_000
 
 
-def exchange(last_stamp: int, end_stamp: int, wake_late_ns: int, prev_read: int) -> tuple[Raw, list[int]]:
-    """A stream whose chunks came 20 ms apart; its last chunk read at `last_stamp` (the read's loop
-    turn woke `wake_late_ns` after it), the end at `end_stamp` (the same read when equal)."""
+def exchange(last_stamp: int, end_stamp: int, prev_read: int, one_segment: bool = False) -> tuple[Raw, list[int]]:
+    """A stream whose chunks came 20 ms apart, read in busy turns; its last chunk read at
+    `last_stamp`, the end at `end_stamp` (the same read when equal; `one_segment`: that read's bytes
+    came in one TCP segment)."""
     stamps = [last_stamp - 40 * MS, last_stamp - 20 * MS, last_stamp]
     raw = Raw(start_ns=0, end_ns=end_stamp)
     for t in stamps[:-1]:
-        raw.prev_read_of[t], raw.wake_of[t] = t - 20 * MS, t
-    raw.prev_read_of[last_stamp], raw.wake_of[last_stamp] = prev_read, last_stamp + wake_late_ns
+        raw.prev_read_of[t] = t - 20 * MS
+    raw.prev_read_of[last_stamp] = prev_read
+    raw.one_segment_of[last_stamp] = one_segment
     if end_stamp != last_stamp:
-        raw.prev_read_of[end_stamp], raw.wake_of[end_stamp] = last_stamp, end_stamp
+        raw.prev_read_of[end_stamp] = last_stamp
     return raw, stamps
 
 
-def test_a_prompt_read_of_the_last_chunk_with_the_end_is_exact_and_a_late_one_is_bounded():
+def test_the_last_chunk_read_with_the_end_is_bounded_since_the_floor_unless_it_was_one_segment():
+    """The stamp of a read of several segments is its last one's arrival: the stream's end. The last
+    tokens may have come any time after the floor (the simulator writes its end one loop turn later:
+    up to 2 ms at 64 streams), however promptly the loop read them."""
     t = 100 * MS
-    raw, stamps = exchange(t, t, wake_late_ns=LATE_READ_NS // 2, prev_read=t - 20 * MS)
-    assert early_bounds(raw, stamps) == ([0, 0, 0], [])
-    raw, stamps = exchange(t, t, wake_late_ns=3 * MS, prev_read=t - 20 * MS)
-    assert early_bounds(raw, stamps) == ([0, 0, 20 * MS], [2])  # the loop was behind: since the read before
+    raw, stamps = exchange(t, t, prev_read=t - 20 * MS)
+    assert early_bounds(raw, stamps) == ([0, 0, 20 * MS], [2])  # busy: since the read before, listed
+    raw.quiet_of[t] = True
+    raw.prev_read_of[t] = t - 60_000  # a quiet turn's floor: its wake less the measured latency
+    assert early_bounds(raw, stamps) == ([0, 0, 60_000], [])
+    raw, stamps = exchange(t, t, prev_read=t - 20 * MS, one_segment=True)
+    assert early_bounds(raw, stamps) == ([0, 0, 0], [])  # tokens and end in one segment: exact
+    raw, stamps = exchange(t, t + 5 * MS, prev_read=t - 20 * MS)
+    assert early_bounds(raw, stamps) == ([0, 0, 0], [])  # the end read later: the read ended at the tokens
 
 
 def test_two_content_chunks_in_one_read_bound_the_first_whatever_the_habit():
     t = 100 * MS
     raw = Raw(start_ns=0, end_ns=t + 20 * MS)
-    raw.prev_read_of[t], raw.wake_of[t] = t - 15 * MS, t
+    raw.prev_read_of[t] = t - 15 * MS
     assert early_bounds(raw, [t, t, t + 20 * MS]) == ([15 * MS, 0, 0], [0])
 
 
@@ -54,7 +64,7 @@ def test_chunks_read_together_in_a_turn_that_woke_from_an_idle_poll_get_its_wake
         if quiet:
             assert bounds == [40_000] * 3 + [0] + [40_000] * 4 and busy == []
         else:
-            assert bounds[4:] == [8 * MS - 30_000] * 3 + [0] and busy == [4, 5, 6]  # the end read promptly: exact
+            assert bounds[4:] == [8 * MS - 30_000] * 4 and busy == [4, 5, 6, 7]  # the last with the end, too
 
 
 def test_the_floor_of_two_turns_back_narrows_a_bound_unless_a_full_read_left_data_behind():
@@ -89,7 +99,7 @@ def test_a_read_whose_bytes_came_in_one_segment_is_exact_whatever_its_turn():
         if one:
             assert bounds == [0] * 8 and busy == []
         else:
-            assert bounds[:3] == [8 * MS] * 3 and busy == [0, 1, 2, 4, 5, 6]
+            assert bounds[:3] == [8 * MS] * 3 and busy == [0, 1, 2, 4, 5, 6, 7]
 
 
 def test_the_kernel_counts_one_segment_for_one_write_and_two_for_two_writes_read_together():
@@ -137,3 +147,51 @@ def test_the_kernel_counts_one_segment_for_one_write_and_two_for_two_writes_read
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         ones = runner.run(exchange())
     assert ones[:3] == [True, True, False], ones  # headers, the one write, the two writes read together
+
+
+def _sse(*events: bytes) -> bytes:
+    return b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in (b"data: " + x + b"\n\n" for x in events))
+
+
+def test_the_last_tokens_of_a_read_that_goes_on_with_an_event_without_tokens_are_bounded():
+    """A read whose tokens are followed by a usage event (a later write: the simulator's handler
+    wrote it one loop turn after the tokens) is stamped with that event's arrival: its last tokens
+    carry the bound since the floor, not zero. The same tokens read alone are exact."""
+    from loadgate.engine.adapters import adapter_for
+    from loadgate.load.target import decode
+
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    tok = b'{"choices": [{"index": 0, "text": "a", "finish_reason": null}]}'
+    usage = b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}'
+    t1, t2, t3 = 10 * MS, 18 * MS, 20 * MS
+    for trailing in (True, False):
+        second = _sse(tok, usage) if trailing else _sse(tok)
+        last = _sse(b"[DONE]") + b"0\r\n\r\n" if trailing else _sse(usage, b"[DONE]") + b"0\r\n\r\n"
+        raw = Raw(start_ns=0, sent_ns=1 * MS, socket_reads=[(2 * MS, head), (t1, _sse(tok)), (t2, second), (t3, last)],
+                  read_begin=[(2 * MS, 2 * MS, 0, False, False), (t1, t1, 2 * MS, False, False),
+                              (t2, t2, t1, False, False), (t3, t3, t2, False, False)])
+        d = decode(adapter_for("openai-completions"), True, raw)
+        assert [c.t_ns for c in d.chunks] == [t1, t2]
+        bounds, _ = early_bounds(raw, [c.t_ns for c in d.chunks])
+        assert bounds == ([0, 8 * MS] if trailing else [0, 0])
+
+
+def test_where_the_host_took_a_share_of_the_cpu_a_quiet_turn_narrows_only_reads_of_one_segment():
+    """Reads in turns that woke from an idle poll: the wake's measured floor holds while the host
+    did not hold the machine (`trust_wakes`); otherwise a read of several segments keeps the floor
+    of its poll's start (its first segment may have waited for a wake the host held up), and a read
+    of one segment stays exact."""
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ev = b"".join(b"9\r\ndata: %d\n\n\r\n" % k for k in range(2))
+    t1, t2 = 10 * MS, 18 * MS
+    for trust in (True, False):
+        raw = Raw(start_ns=0, sent_ns=1 * MS, socket_reads=[(2 * MS, head), (t1, ev), (t2, ev)],
+                  read_begin=[(2 * MS, 2 * MS, 0, False, False, 0),
+                              (t1, t1, t1 - 40_000, True, True, 3 * MS),  # one segment
+                              (t2, t2, t2 - 40_000, True, False, 11 * MS)])  # two segments
+        finish_socket(raw, trust_wakes=trust)
+        bounds, busy = early_bounds(raw, [t1, t1, t2, t2])
+        if trust:
+            assert bounds == [0, 0, 40_000, 40_000] and busy == []  # the last one came with the end
+        else:
+            assert bounds == [0, 0, 7 * MS, 7 * MS] and busy == [2, 3]  # since the poll's start, listed as held up

@@ -1,7 +1,8 @@
 """The stamp bound against the simulator's truth log, for an engine that sends bursts: with
 `stream_events: per_token` (llama-server's shape) a verify step's accepted tokens go out as one
 event each, all in one write. The run must be valid and no chunk may have been sent before the
-earliest arrival its bound states. Timing tests: a machine busy enough can make a run invalid."""
+earliest arrival its bound states. Timing tests: a machine busy enough can make a run invalid (where
+the host took a share of the CPU, the run must say so)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import dataclasses
 import pytest
 
 from loadgate.analysis.summary import build_summary
+from loadgate.analysis.validity import STEAL_TRUSTED
 from loadgate.config.profile import HealthBudgets
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig
 from loadgate.sim.process import SimProcess
@@ -31,7 +33,15 @@ def test_bursts_of_one_token_events_give_a_valid_run_whose_bounds_the_truth_log_
         truth = {t["request_id"]: t for t in sim.truth_records()}
     level = build_summary(run_dir).levels[str(streams)]
     sb = level.client_health.stamp_bound
-    assert not level.invalid, level.invalid
+    steal = level.client_health.host_steal_fraction
+    assert steal is not None
+    # Valid, unless the host held this VM's CPUs (seen here at 64 streams on 2 shared cores, steal
+    # ~30 %): then the run may be invalid, and says so (the bounds are checked against the truth
+    # either way, below).
+    if steal <= STEAL_TRUSTED or not level.invalid:
+        assert not level.invalid, level.invalid
+    else:
+        assert len(level.invalid) == 1 and f"the host took {steal:.0%}" in level.invalid[0], level.invalid
     assert sb is not None and sb["shared_read_fraction"] > 0.5  # the bursts were read together ...
     checked = 0
     for r in records:

@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "loadgate"
 # settings and record formats, the figure registry and threshold grammar, the contract, the API
 # adapters (pure encoding and decoding).
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("loadgate.errors", "loadgate.jsonutil", "loadgate.version", "loadgate.secrets"),
+    ("loadgate.errors", "loadgate.jsonutil", "loadgate.version", "loadgate.secrets", "loadgate.runstate"),
     ("loadgate.config.knob", "loadgate.config.typed_yaml", "loadgate.config.simconfig", "loadgate.records",
      "loadgate.analysis.figures", "loadgate.analysis.metrics", "loadgate.analysis.thresholds",
      "loadgate.exactness.compare", "loadgate.exactness.contract", "loadgate.engine.adapters"),

@@ -272,7 +272,7 @@ def test_a_read_is_stamped_when_its_last_packet_arrived():
 def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_a_tight_end(monkeypatch):
     """One engine step answers 24 streams at once, each with its last chunk and the stream's end in
     one write. The client works through the 24 sockets in one loop turn, slowly (0.3 ms each), so
-    the later reads begin well over `LATE_READ_NS` after their packets arrived. They waited for the
+    the later reads begin well over 2 ms after their packets arrived. They waited for the
     rest of the burst, not because the loop was behind: their loop turn woke from an idle poll, so
     the last chunk's bound reaches back only to that wake less its measured latency, never to the
     read 50 ms before (a bound of the whole gap since the previous read would call a perfectly timed

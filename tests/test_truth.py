@@ -14,6 +14,7 @@ import pytest
 from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import stats
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig
+from loadgate.records import Record
 from loadgate.sim.process import SimProcess
 from tests.simtruth import profile_for, run, truth_records_like_loadgate
 
@@ -23,6 +24,27 @@ SPEC = SimConfig(seed=3, speculative=SpeculativeConfig(method="draft_model", k=4
 
 def _close(measured: float, truth: float) -> bool:
     return abs(measured - truth) <= max(0.01 * abs(truth), 0.2)
+
+
+def _bounded_samples(name: str, r: Record, early: list[int], late: list[int]) -> tuple[list[float], list[float]]:
+    """The earliest and latest each sample of figure `name` can truly be, where chunk j truly
+    arrived in [r.chunk_ns[j] - early[j], r.chunk_ns[j] + late[j]]."""
+    c, n = r.chunk_ns, r.chunk_tokens
+    if name == "ttft":
+        t = (r.start_ns + c[0] - r.origin_ns) / 1e6
+        return [t - early[0] / 1e6], [t + late[0] / 1e6]
+    lo: list[float] = []
+    hi: list[float] = []
+    for j in range(1, len(c)):
+        if n[j] > 0:
+            lo += [(c[j] - early[j] - c[j - 1] - late[j - 1]) / 1e6 / n[j]] * n[j]
+            hi += [(c[j] + late[j] - c[j - 1] + early[j - 1]) / 1e6 / n[j]] * n[j]
+    return lo, hi
+
+
+def _interval(name: str, records: list[Record], early: list[list[int]], late: list[list[int]]) -> tuple[dict, dict]:
+    bounds = [_bounded_samples(name, r, e, x) for r, e, x in zip(records, early, late, strict=True)]
+    return stats([x for b in bounds for x in b[0]]), stats([x for b in bounds for x in b[1]])
 
 
 @pytest.mark.timing
@@ -35,16 +57,34 @@ def test_ttft_and_itl_percentiles_match_what_the_simulator_sent(tmp_path, concur
     measured = [r for r in records if not r.warmup]
     assert all(r.error is None for r in measured)
     assert max(max(r.chunk_tokens) for r in measured) > 1, "speculation must bundle tokens into chunks"
-    sent = truth_records_like_loadgate(measured, truth, meta, f"{run_dir.name}-L{concurrency}")
+    tag = f"{run_dir.name}-L{concurrency}"
+    sent = truth_records_like_loadgate(measured, truth, meta, tag)
     assert len(sent) == requests
     for r, t in zip(measured, sent, strict=True):
         assert r.chunk_tokens == t.chunk_tokens  # every chunk seen, with its exact token count
+    # Where each chunk truly reached the client's socket, on both sides: loadgate states [stamp -
+    # chunk_early_ns, stamp]; the simulator knows [before its write call, after it returned].
+    begun = truth_records_like_loadgate(measured, truth, meta, tag, "write_begin_ns")
+    ended = truth_records_like_loadgate(measured, truth, meta, tag, "write_end_ns")
+    zeros = [[0] * len(r.chunk_ns) for r in measured]
+    client_early = [r.chunk_early_ns or z for r, z in zip(measured, zeros, strict=True)]
+    write_time = [[e - b for b, e in zip(rb.chunk_ns, re.chunk_ns, strict=True)]
+                  for rb, re in zip(begun, ended, strict=True)]
     for name in ("ttft", "itl"):
         fn = figure(name).samples
         ms = stats([x for r in measured for x in fn(r)])
         ts = stats([x for r in sent for x in fn(r)])
+        # A percentile is monotone in every sample, so the true one lies between the percentiles of
+        # the samples' earliest and latest possible values, on each side: the two ranges must meet.
+        c_lo, c_hi = _interval(name, measured, client_early, zeros)
+        t_lo, t_hi = _interval(name, begun, zeros, write_time)
         for q in ("p50", "p99"):
-            assert _close(ms[q], ts[q]), f"{name} {q}: measured {ms[q]:.4f} ms, sent {ts[q]:.4f} ms"
+            assert c_lo[q] <= ms[q] <= c_hi[q]
+            assert t_lo[q] - 0.05 <= c_hi[q] and c_lo[q] <= t_hi[q] + 0.05, (
+                f"{name} {q}: loadgate stated {c_lo[q]:.4f}-{c_hi[q]:.4f} ms, the simulator wrote it "
+                f"{t_lo[q]:.4f}-{t_hi[q]:.4f} ms")
+            if c_hi[q] - c_lo[q] <= 0.2 and t_hi[q] - t_lo[q] <= 0.2:  # both exact: the figure is the truth's
+                assert _close(ms[q], ts[q]), f"{name} {q}: measured {ms[q]:.4f} ms, sent {ts[q]:.4f} ms"
 
 
 def test_acceptance_length_equals_the_simulators_exactly(tmp_path):

@@ -42,6 +42,10 @@ class TokenCounts:
     prompt_no_server_count: int
     prompt_not_planned: int  # the plan had no token count (text prompts without a tokenizer, chat without a template)
     completion_counts_from: dict[str, int]
+    # requests whose server sent a count no server can mean (v5), and of those the completions left
+    # without a count (no ids to count them from)
+    impossible_counts: int = dataclasses.field(default=0, kw_only=True)
+    completion_unverified: int = dataclasses.field(default=0, kw_only=True)
     mismatch_fraction: float
     limit: float
     examples: list[int]
@@ -53,7 +57,8 @@ class TokenCounts:
         return cls(d["checked"], d["prompt_mismatches"], d["completion_mismatches"], d["prompt_unverified"],
                    d.get("prompt_no_server_count", d["prompt_unverified"]), d.get("prompt_not_planned", 0),
                    d.get("completion_counts_from") or {}, d["mismatch_fraction"], d["limit"], list(d["examples"]),
-                   bool(d["ok"]))
+                   bool(d["ok"]), impossible_counts=int(d.get("impossible_counts", 0)),
+                   completion_unverified=int(d.get("completion_unverified", 0)))
 
 
 def token_check(records: list[Record], limit: float) -> TokenCounts:
@@ -61,7 +66,9 @@ def token_check(records: list[Record], limit: float) -> TokenCounts:
     checked = [r for r in records if r.succeeded]
     prompt_bad = [r.i for r in checked if r.prompt_tokens is not None
                   and r.prompt_tokens_planned is not None and r.prompt_tokens != r.prompt_tokens_planned]
-    out_bad = [r.i for r in checked if r.output_tokens != r.output_tokens_planned]
+    impossible = [r for r in checked if r.counts_received]
+    out_bad = [r.i for r in checked if r.output_tokens != r.output_tokens_planned
+               and not (r.completion_tokens is None and "completion_tokens" in (r.counts_received or {}))]
     no_count = sum(1 for r in checked if r.prompt_tokens is None)
     unplanned = sum(1 for r in checked if r.prompt_tokens is not None and r.prompt_tokens_planned is None)
     bad = set(prompt_bad) | set(out_bad)
@@ -70,8 +77,11 @@ def token_check(records: list[Record], limit: float) -> TokenCounts:
     for r in checked:
         k = "server usage" if r.completion_tokens is not None else f"chunks ({r.token_source})"
         completion_from[k] = completion_from.get(k, 0) + 1
+    completion_unverified = sum(1 for r in impossible if r.completion_tokens is None
+                                and "completion_tokens" in (r.counts_received or {}))
     return TokenCounts(len(checked), len(prompt_bad), len(out_bad), no_count + unplanned, no_count, unplanned,
-                       completion_from, frac, limit, sorted(bad)[:10], frac <= limit)
+                       completion_from, frac, limit, sorted(bad)[:10], frac <= limit,
+                       impossible_counts=len(impossible), completion_unverified=completion_unverified)
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,7 @@ class ClientHealth:
     warnings: list[str] = dataclasses.field(default_factory=list)  # budgets exceeded, not invalidating
     cpu_s: float | None = None  # CPU seconds of the client's processes over the window, together
     decode_cpu_s: float | None = None  # and to decode the window's responses, after it
+    host_steal_fraction: float | None = None  # the share of the machine's CPU a hypervisor took (worst phase)
     schedule_lag_ms: dict[str, float | None] | None = None
 
 
@@ -234,11 +245,18 @@ def merge_health(parts: list[dict[str, Any]], schedule: dict[str, float | None] 
                         sum(p["gc_pauses"] for p in parts), worst(lambda p: p["gc_pause_max_ms"]),
                         sum(p["gc_pause_total_ms"] for p in parts), worst(lambda p: p["client_cpu_fraction"]),
                         len(parts), cpu_s=total("cpu_s"), decode_cpu_s=total("decode_cpu_s"),
-                        schedule_lag_ms=schedule)
+                        schedule_lag_ms=schedule, host_steal_fraction=worst(lambda p: p.get("host_steal_fraction")))
 
 
-SUMMARY_VERSION = 4
-"""4: each level's `client_health.stamp_bound` names the cause of the bounds: `busy_fraction` (the
+SUMMARY_VERSION = 5
+"""5: each level's `token_counts.impossible_counts` (requests whose server sent a token count no
+server can mean, kept as received in their records' `counts_received`) and
+`completion_unverified` (of those, completions left without a count); each level's
+`client_health.host_steal_fraction`: the share of the machine's CPU time a
+hypervisor took during the window (the worst phase; null where unknown). Above 2 %, reads of
+several segments in loop turns that woke from an idle poll keep the bound since the poll (the host
+may have held the wake). Version 4 files read the same, the field null.
+4: each level's `client_health.stamp_bound` names the cause of the bounds: `busy_fraction` (the
 share of chunks bounded while the client was behind: its loop busy, or its wake held up) and `quiet_p99_ms` (the p99 without them),
 null where the records are older than record v4; `shared_read_fraction` is now the share of chunks
 whose read held another chunk (from the stamps) and `bounded_fraction` the share given a bound (a
@@ -291,14 +309,23 @@ class Summary:
                    d.get("damage"), bool(d.get("interrupted")), bool(d.get("tls_insecure")))
 
 
-def build_summary(run_dir: Path) -> Summary:
+def build_summary(run_dir: Path, extra: list[Record] | None = None) -> Summary:
+    """The summary of a run folder from its files. `extra`: records of a run that did not finish,
+    recovered from elsewhere (its exchange logs): added where records.jsonl does not hold them."""
     meta = load_json(run_dir / "meta.json")
     server = load_json(run_dir / "server.json") if (run_dir / "server.json").exists() else {}
     health = load_json(run_dir / "health.json") if (run_dir / "health.json").exists() else {}
     by_level: dict[str, list[Record]] = {str(lv): [] for lv in meta["levels"]}
     damage = Damage()
-    for r in read_records(run_dir / "records.jsonl", damage=damage):
-        by_level.setdefault(str(r.level), []).append(r)
+    seen = set()
+    if (run_dir / "records.jsonl").exists() or extra is None:
+        for r in read_records(run_dir / "records.jsonl", damage=damage):
+            by_level.setdefault(str(r.level), []).append(r)
+            seen.add((str(r.level), r.i))
+    for r in extra or ():
+        if not r.warmup and (str(r.level), r.i) not in seen:
+            by_level.setdefault(str(r.level), []).append(r)
+            seen.add((str(r.level), r.i))
     stop = load_json(run_dir / "stop.json") if (run_dir / "stop.json").exists() else {}
     levels = {lv: level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"], meta.get("cpus"))
               for lv, recs in by_level.items()}

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from loadgate.analysis.metrics import lag_percentiles
+from loadgate.load.health import STEAL_TRUSTED
 from loadgate.records import Record
 
 
@@ -109,8 +110,13 @@ def verdict(health: dict[str, Any], budgets: Any, cpus: dict[str, Any] | None = 
                    "carry no per-chunk stamp bound (written by an older loadgate): judged by the loop's lag, as then")
     if sb and sb["stated_p99_ms"] > budgets.stamp_error_p99_ms:
         user = " (user-space stamps: the loop's lag included)" if sb["user_stamped_requests"] else ""
+        steal = health.get("host_steal_fraction")
+        host = "" if steal is None or steal <= STEAL_TRUSTED else (
+            f"; the host took {steal:.0%} of this machine's CPU time (steal), so a wake from an idle poll "
+            "is not timed and reads of several segments keep the bound since the poll before (a machine "
+            "of its own, without a hypervisor's other guests, avoids this)")
         out.append(f"TTFT and ITL stamps may be off by up to {sb['stated_p99_ms']:.2f} ms at p99{user} (budget "
-                   f"{budgets.stamp_error_p99_ms:g} ms): {bound_cause(sb, budgets.stamp_error_p99_ms)}; "
+                   f"{budgets.stamp_error_p99_ms:g} ms): {bound_cause(sb, budgets.stamp_error_p99_ms)}{host}; "
                    f"{cores_words(cpus, health.get('workers') or 1)}")
     sl = health.get("schedule_lag_ms")
     if sl and sl["p99"] is not None and sl["p99"] > budgets.schedule_lag_p99_ms:

@@ -5,6 +5,10 @@
 - GC pauses: wall time between the `start` and `stop` callbacks of `gc.callbacks`;
 - client CPU: process user + system CPU seconds / wall seconds over the window (1.0 = one core
   saturated: the client cannot keep up);
+- host steal: the share of the machine's CPU time a hypervisor took over the window (`/proc/stat`).
+  Above `STEAL_TRUSTED`, a loop turn's wake from an idle poll may have been held up by the host
+  where no clock of the guest shows it, so reads of several segments are not narrowed by it
+  (`loadgate.load.turns`);
 The figures are judged against the profile's budgets afterwards, from the saved files
 (`loadgate.analysis.validity`).
 """
@@ -22,6 +26,27 @@ from typing import Any
 import numpy as np
 
 from loadgate.analysis.metrics import lag_percentiles
+
+STEAL_TRUSTED = 0.02  # the host took at most this share of the machine's CPU time: a quiet loop turn's wake is timed
+
+
+def host_ticks() -> tuple[int, int] | None:
+    """(all CPU ticks, steal ticks) of this machine so far, from /proc/stat's first line (steal: the
+    time a hypervisor ran something else while this virtual machine's CPUs wanted to run, a held-up
+    wake included); None where there is no such file."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            parts = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(parts), parts[7]) if len(parts) == 8 else None
+
+
+def steal_fraction(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time the hypervisor took between two `host_ticks`."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
 
 
 @dataclass
@@ -52,6 +77,8 @@ class HealthMonitor:
             await asyncio.sleep(self.interval_s)
             self.lags_ms.append(max(0.0, (perf_counter() - t - self.interval_s) * 1e3))
 
+    _steal0: tuple[int, int] | None = None
+
     @staticmethod
     def _cpu() -> float:
         ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -62,6 +89,7 @@ class HealthMonitor:
     def start(self) -> None:
         gc.callbacks.append(self._gc_cb)
         self._cpu0, self._wall0 = self._cpu(), perf_counter()
+        self._steal0 = host_ticks()
         self._task = asyncio.get_running_loop().create_task(self._lag_loop())
 
     async def stop(self) -> dict[str, Any]:
@@ -80,4 +108,5 @@ class HealthMonitor:
             "gc_pauses": len(self.gc_pauses_ms), "gc_pause_max_ms": max(self.gc_pauses_ms, default=0.0),
             "gc_pause_total_ms": float(sum(self.gc_pauses_ms)),
             "client_cpu_fraction": self.cpu_fraction,
+            "host_steal_fraction": steal_fraction(self._steal0, host_ticks()),
         }

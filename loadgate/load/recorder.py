@@ -1,30 +1,26 @@
 """Finished exchanges become records (`loadgate.records.Record`).
 
-During a phase the receive loop does nothing but receive: `Recorder.submit` keeps each finished
-exchange as it came (stamps and bytes, pickled: ~6 µs a request on the 2-core machine, against
-~110 µs to frame, decode, build and write its record), and `Recorder.flush`, after the phase,
-decodes them and writes the records. Kept exchanges stay in memory up to `memory_budget` bytes and
-go to an unnamed temporary file in the run folder beyond it (nothing is left on disk if the process
-dies). Pickle is used because the data is this process's own, read back by the same code.
+During a phase the receive loop does nothing but receive: `Recorder.submit` frames each finished
+exchange as it came (stamps and bytes) into the phase's exchange log in the run folder
+(`loadgate.load.exchanges`: a few microseconds a request, against ~110 µs to frame, decode, build
+and write its record; on disk within about a second), and `Recorder.flush`, after the phase,
+decodes the log and writes the records. A run that dies during a phase leaves its log: `recover`
+decodes it (`loadgate report`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import pickle
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from pathlib import Path
 
 from loadgate.engine.adapters.base import Decoded
-from loadgate.errors import ResultsNotWritten
+from loadgate.load.exchanges import Exchange, ExchangeLog
+from loadgate.load.exchanges import read as read_log
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.target import Raw, Target, decode, early_bounds
-from loadgate.load.turns import LOOP_TURNS
 from loadgate.records import Record, RecordError, RecordWriter, SpecStats
-
-DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
 
 def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | int,
@@ -46,7 +42,8 @@ def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | 
         stamp=raw.stamp_source, read_lag_max_ns=raw.read_lag_max_ns, new_connection=raw.new_connection,
         spec=None if d.spec is None else SpecStats(
             d.spec.source, d.spec.verify_steps, d.spec.draft_tokens, d.spec.accepted,
-            d.spec.reported_acceptance_length))
+            d.spec.reported_acceptance_length),
+        counts_received=d.counts_received or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,69 +57,61 @@ class Planned:
 
 
 class Recorder:
-    """Turns finished exchanges into records, written to `writer` after the phase: `submit` only
-    keeps the exchange (no decoding on the receive loop's turns), `flush` decodes and writes."""
+    """Turns finished exchanges into records: `submit` frames each exchange into the phase's
+    exchange log (`loadgate.load.exchanges`: on disk within about a second, no decoding on the
+    receive loop's turns), `flush`, after the phase, decodes the log into records for `writer` and
+    removes it. `log`: where the log goes (in the run folder)."""
 
-    def __init__(self, t: Target, writer: RecordWriter, on_done: Callable[[], None] | None, *,
-                 memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
+    def __init__(self, t: Target, writer: RecordWriter, on_done: Callable[[], None] | None, *, log: Path) -> None:
         self.t, self.writer, self.on_done = t, writer, on_done
         self.overhead = t.spec.prompt_overhead
-        self.memory_budget = memory_budget
-        self._held: list[bytes] = []
-        self._held_bytes = 0
-        self._spill: BinaryIO | None = None
+        self.log = ExchangeLog(log, {"api": t.spec.api, "stream": t.spec.stream,
+                                     "max_event_bytes": t.spec.max_event_bytes, "prompt_overhead": self.overhead})
 
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
-        self._keep(pickle.dumps((req.i, req.warmup, req.prompt_len, req.output_len, t0_ns, level, ready_ns,
-                                 intended_ns, raw), pickle.HIGHEST_PROTOCOL))
+        self.log.add(Exchange(req.i, req.warmup, req.prompt_len, req.output_len, t0_ns, level, ready_ns,
+                              intended_ns, raw))
         if self.on_done:
             self.on_done()
 
-    def _write(self, req: Planned, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
-               intended_ns: int | None) -> None:
-        d = decode(self.t.adapter, self.t.spec.stream, raw, self.t.spec.max_event_bytes)
-        self.writer.write(to_record(req, raw, d, t0_ns=t0_ns, level=level, ready_ns=ready_ns,
-                                    intended_ns=intended_ns, prompt_overhead=self.overhead))
+    def flush(self, trust_wakes: bool = True) -> None:
+        """Decode the phase's exchanges and write their records (after a phase; also when it was cut
+        short), then remove the log. `trust_wakes`: the host held the machine little enough that
+        quiet turns' wakes are timed (`loadgate.load.target.finish_socket`)."""
+        self.log.close()
+        contents = read_log(self.log.path)
+        if contents is not None:
+            for x in contents.exchanges:
+                d = decode(self.t.adapter, self.t.spec.stream, x.raw, self.t.spec.max_event_bytes,
+                           trust_wakes=trust_wakes)
+                self.writer.write(exchange_record(x, d, self.overhead))
+        with contextlib.suppress(OSError):
+            self.log.path.unlink()
 
-    def _keep(self, blob: bytes) -> None:
-        if self._spill is None and self._held_bytes + len(blob) <= self.memory_budget:
-            self._held.append(blob)
-            self._held_bytes += len(blob)
-            return
-        try:
-            if self._spill is None:
-                self._spill = tempfile.TemporaryFile(dir=self.writer.path.parent, prefix=".spill-")
-            self._spill.write(len(blob).to_bytes(8, "little") + blob)
-            LOOP_TURNS.after_blocking()  # a file write may sleep: not the poll's sleep
-        except OSError as e:
-            raise ResultsNotWritten(f"{self.writer.path.parent}: cannot keep a finished response for "
-                                    f"decoding: {e.strerror or e}") from None
 
-    def _kept(self) -> Iterator[bytes]:
-        yield from self._held
-        if self._spill is not None:
-            f = self._spill
-            with contextlib.suppress(OSError):
-                f.flush()
-                f.seek(0)
-                while len(head := f.read(8)) == 8:
-                    blob = f.read(int.from_bytes(head, "little"))
-                    if len(blob) < int.from_bytes(head, "little"):
-                        return  # the write that failed: not a whole exchange
-                    yield blob
+def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None) -> Record:
+    """The record of one logged exchange, once decoded."""
+    return to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len), x.raw, d, t0_ns=x.t0_ns, level=x.level,
+                     ready_ns=x.ready_ns, intended_ns=x.intended_ns, prompt_overhead=prompt_overhead)
 
-    def flush(self) -> None:
-        """Decode what was kept and write its records (after a phase; also when it was cut short)."""
-        try:
-            for blob in self._kept():
-                i, warmup, prompt_len, output_len, t0_ns, level, ready_ns, intended_ns, raw = pickle.loads(blob)
-                self._write(Planned(i, warmup, prompt_len, output_len), raw, t0_ns=t0_ns, level=level,
-                            ready_ns=ready_ns, intended_ns=intended_ns)
-        finally:
-            self._held, self._held_bytes = [], 0
-            if self._spill is not None:
-                with contextlib.suppress(OSError):
-                    self._spill.close()
-                self._spill = None
 
+def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
+    """The records of the exchange logs a run left behind (it died during a phase), decoded here
+    with the quiet turns' wakes distrusted (the host's share is unknown); and the logs read."""
+    from loadgate.engine.adapters import adapter_for
+
+    out: list[Record] = []
+    paths = sorted((run_dir / "exchanges").glob("*.lgx")) if (run_dir / "exchanges").is_dir() else []
+    read_paths = []
+    for path in paths:
+        contents = read_log(path)
+        if contents is None:
+            continue
+        read_paths.append(path)
+        m = contents.meta
+        adapter = adapter_for(m["api"])
+        for x in contents.exchanges:
+            d = decode(adapter, bool(m["stream"]), x.raw, int(m["max_event_bytes"]), trust_wakes=False)
+            out.append(exchange_record(x, d, m.get("prompt_overhead")))
+    return out, read_paths

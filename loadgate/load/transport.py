@@ -94,9 +94,21 @@ class Refused(Exception):
         self.detail = detail
 
 
+# What one kept read costs beyond its bytes (CPython 3.11, 64-bit): the bytes object's header (33),
+# its (stamp, bytes) tuple (56) and int stamp (32), its entry in `read_begin` (a 3-tuple, 64, and
+# an int, 32), two list slots with their growth (~20), and its share of the loop turn it was read
+# in, kept by that entry (a `Turn` and its ints, ~220, one per read when every wake-up reads one
+# socket). A server that sends tiny events, each read alone, holds twenty times its bytes in these:
+# the budget counts them (measured: a 64 MiB budget of tiny events took ~170 MB of RSS counted at
+# 256 bytes a read, ~90 MB at 512; tests/test_hardening.py).
+READ_OVERHEAD = 512
+
+
 @dataclass
 class MemoryBudget:
-    """Bytes held by every in-flight response of one pool together; `limit` caps the sum."""
+    """Bytes held by every in-flight response of one pool together, with what each kept read costs
+    beyond its bytes (`READ_OVERHEAD`); `limit` caps the sum. (A finished exchange leaves at once:
+    `loadgate.load.exchanges` writes it to the run folder; decoding, after the phase, holds one.)"""
 
     limit: int
     used: int = 0
@@ -198,7 +210,8 @@ class _Framing:
         self.last_read_ns = 0
         self.limits = limits or Limits()
         self.budget = budget
-        self.received = 0  # bytes of this exchange (counted against the budget until `end`)
+        self.received = 0  # bytes of this exchange read so far (the response limit)
+        self.held = 0  # what they hold in memory, objects included (counted against the budget until `end`)
         self._reset()
 
     def _reset(self) -> None:
@@ -223,8 +236,8 @@ class _Framing:
     def end(self) -> None:
         """The exchange's bytes no longer count against the memory budget."""
         if self.budget is not None:
-            self.budget.used -= self.received
-        self.received = 0
+            self.budget.used -= self.held
+        self.received = self.held = 0
 
     def _refuse(self, kind: ErrorKind, detail: str) -> None:
         if self.done is not None and not self.done.done():
@@ -244,7 +257,8 @@ class _Framing:
         n = len(data)
         self.received += n
         if self.budget is not None:
-            self.budget.used += n
+            self.held += n + READ_OVERHEAD
+            self.budget.used += n + READ_OVERHEAD
             if self.budget.used > self.budget.limit:
                 self._refuse("memory_budget", f"responses in flight hold more than "
                              f"{self.budget.limit // 2**20} MiB together (target.limits.memory_budget_mb)")

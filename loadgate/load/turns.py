@@ -36,7 +36,10 @@ Two kinds of turn, two floors:
 A server that writes several events at once (llama-server sends a verify step's accepted tokens as
 one event each) then gets a bound of tens of microseconds in a quiet turn, instead of the whole gap
 since the stream's previous read. Not covered: sleeps outside the poll that nobody reported with
-`after_blocking`, and packets stamped long before they became readable (delivery held up by the
+`after_blocking`; a wake the host held up where the turn's reads are of several segments (their
+stamps are their last segments', so the held-up first one does not show): no guest clock times
+that, so where the host took a share of the CPU during the phase (`load.health.STEAL_TRUSTED`) such
+reads keep the poll's start (`target.finish_socket`); and packets stamped long before they became readable (delivery held up by the
 kernel or the hypervisor: seen on a shared 2-core virtual machine, where a whole engine step's
 packets for 8 streams were read 8.6 ms after their stamps, together with the next step's). No
 client can tell those from a server that paused and then sent two writes at once; a rule that
@@ -200,9 +203,11 @@ class LoopTurns:
 LOOP_TURNS = LoopTurns()
 
 
-def resolved(read_begin: list[tuple[int, Turn | None, bool]]) -> list[tuple[int, int, int, bool, bool]]:
+def resolved(read_begin: list[tuple[int, Turn | None, bool]]) -> list[tuple[int, int, int, bool, bool, int]]:
     """Each read's (when it began, when its turn woke, the earliest its data can have arrived,
     whether that floor is its turn's measured wake (quiet and not held up), whether its bytes came in
-    one TCP segment), once its turns are over (a read outside the turns: no floor)."""
-    return [(b, b, 0, False, one) if turn is None else (b, turn.wake, turn.floor(), turn.narrowed(), one)
+    one TCP segment, the floor without the wake: the last moment before its poll), once its turns
+    are over (a read outside the turns: no floor)."""
+    return [(b, b, 0, False, one, 0) if turn is None
+            else (b, turn.wake, turn.floor(), turn.narrowed(), one, turn.base)
             for b, turn, one in read_begin]

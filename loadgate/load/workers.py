@@ -34,8 +34,9 @@ import loadgate.errors as errors
 from loadgate.config.profile import Profile
 from loadgate.engine.connect import run_async
 from loadgate.engine.http import make_session
+from loadgate.load.exchanges import log_path
 from loadgate.load.executors import NEVER, ClosedLoop, OpenLoop, StopFlag
-from loadgate.load.health import HealthMonitor
+from loadgate.load.health import STEAL_TRUSTED, HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
 from loadgate.load.target import Target, TargetSpec, body_for
@@ -99,6 +100,7 @@ async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *
     monitor.start()
     stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
     gc.disable()
+    failed: BaseException | None = None
     try:
         if phase.open_loop:
             await OpenLoop(float(phase.level), start_ns or perf_counter_ns(), phase.max_in_flight, stop,
@@ -112,11 +114,20 @@ async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *
             await ClosedLoop(concurrency or int(phase.level), int(phase.level), stop, stop_flag).run(
                 target, src, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
         health = await monitor.stop()
+    except BaseException as e:
+        failed = e
+        raise
     finally:
         gc.enable()
         target.bodies = {}
         cpu = monitor.cpu_s()
-        recorder.flush()  # also when the phase was cut short: what finished is written
+        # also when the phase was cut short: what finished is written (then with the host unknown)
+        steal = None if failed is not None else health.get("host_steal_fraction")
+        try:
+            recorder.flush(trust_wakes=steal is not None and steal <= STEAL_TRUSTED)
+        except errors.ResultsNotWritten:
+            if failed is None:
+                raise  # else the first failure is the one to name (the exchange log stays for `report`)
     health["decode_cpu_s"] = monitor.cpu_s() - cpu  # the deferred decoding, after the window
     gc.unfreeze()
     gc.collect()
@@ -128,7 +139,8 @@ async def run_phase_here(target: Target, plan: Plan, phase: Phase, writer: Recor
                          ) -> list[dict[str, Any]]:
     """Run the phase on the current event loop; returns [health]. The caller keeps `target` open
     across a level's phases, so the measured phase reuses the connections its warmup opened."""
-    return [await _drive(target, plan, phase, Recorder(target, writer, on_done), concurrency=None,
+    rec = Recorder(target, writer, on_done, log=log_path(writer.path.parent, phase.run_tag, writer.path.stem))
+    return [await _drive(target, plan, phase, rec, concurrency=None,
                          next_index=None, start_ns=None, mine=lambda k: True, stop_flag=stop_flag)]
 
 
@@ -331,7 +343,9 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                 health: dict[str, Any] = {}
                 with RecordWriter(Path(part)) as writer:
                     if conc != 0:
-                        health = await _drive(target, plan, p, Recorder(target, writer, on_done),
+                        rec = Recorder(target, writer, on_done,
+                                       log=log_path(writer.path.parent, phase.run_tag, writer.path.stem))
+                        health = await _drive(target, plan, p, rec,
                                               concurrency=conc,
                                               next_index=None if phase.open_loop or phase.warmup else next_index,
                                               start_ns=start_ns, mine=lambda k: k % n == j,

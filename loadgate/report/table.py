@@ -125,6 +125,13 @@ def render_summary(summary: Summary) -> str:
         out.append(f"token counts vs plan: {tc.prompt_mismatches} prompt and {tc.completion_mismatches} "
                    f"completion mismatches in {tc.checked} requests" + _unverified_words(tc, summary))
         out.append(_count_sources(tc, summary))
+        if tc.impossible_counts:
+            left = (f"; {tc.completion_unverified} completion(s) had no ids to count, so they are unverified"
+                    if tc.completion_unverified else "")
+            out.append(f"warning: {tc.impossible_counts} request(s) carried token counts no server can mean (a bool, "
+                       f"a negative, a fraction, a string or a number beyond any context), kept as received in their "
+                       f"records (counts_received); their counts came from the output ids where the stream had "
+                       f"them{left}")
         if s.new_connections:
             out.append(f"connections: {s.new_connections} of {s.requests} requests opened one first "
                        "(their TTFT includes the connect: the server closed kept-alive connections, or the "

@@ -12,7 +12,8 @@ For every request to `/v1/completions`, `/v1/chat/completions` or `/generate`:
      (`DirectSink`, see there why); the send time is `perf_counter_ns()` taken right before the
      transport write on the direct path, and right after `StreamResponse.write` returned on the
      handler path (its own Python work, and the headers on the first write, come before the bytes
-     reach the socket: stamping before it made the first chunk look ~0.2 ms early). The stream ends with the route's
+     reach the socket: stamping before it made the first chunk look ~0.2 ms early); the times just
+     before and after the write call bound when the bytes truly left. The stream ends with the route's
      final events and `data: [DONE]\n\n`. Non-stream: one JSON body when the sequence finishes.
   4. If the client goes away (or a disconnect is injected) the sequence is aborted in the engine.
 The response echoes the request id in the `x-request-id` header.
@@ -216,20 +217,23 @@ class DirectSink:
 
     def write(self, seq: Sequence, out: StepOutput) -> None:
         if self.split is None:
+            now = time.perf_counter_ns
             for payload, kind, ids in self.fmt.chunks(out):
                 data = b"data: " + orjson.dumps(payload) + b"\n\n"
-                self.rec.add_chunk(time.perf_counter_ns(), kind, ids)
+                t = now()
                 self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+                self.rec.add_chunk(t, kind, ids, t, now())
         else:  # llama-server's shape: one event per token, the step's events in one write
             events = step_events(self.fmt, out, self.split)
             framed = []
             for payload, _, _ in events:
                 data = b"data: " + orjson.dumps(payload) + b"\n\n"
                 framed.append(b"%x\r\n%b\r\n" % (len(data), data))
+            t0 = time.perf_counter_ns()
             self.transport.write(b"".join(framed))
             t = time.perf_counter_ns()  # after: the events had all reached the client's socket by then
             for _, kind, ids in events:
-                self.rec.add_chunk(t, kind, ids)
+                self.rec.add_chunk(t, kind, ids, t0, t)
         if seq.finished:
             seq.wake()
 
@@ -283,12 +287,13 @@ async def _stream(request: web.Request, seq: Sequence, fmt: Formatter, rec: Requ
                     finished = ended = True
             if split is not None and len(events) > 1 and not 0 <= fault_at - sent < len(events):
                 data = b"".join(b"data: " + dumps(p) + b"\n\n" for p, _, _ in events)
+                t0 = now_ns()
                 await write(data + DONE if ended else data)  # one write
                 t = now_ns()
                 for _, kind, ids in events:
-                    add(t, kind, ids)
+                    add(t, kind, ids, t0, t)
                 if ended:
-                    add(t, "done", [])
+                    add(t, "done", [], t0, t)
                 sent += len(events)
                 events = []
             for payload, kind, ids in events:
@@ -297,8 +302,10 @@ async def _stream(request: web.Request, seq: Sequence, fmt: Formatter, rec: Requ
                     if not await _fire(plan.stream_fault or "", request, resp, rec, plan):
                         return resp
                 data = b"data: " + dumps(payload) + b"\n\n"
+                t0 = now_ns()
                 await write(data)
-                add(now_ns(), kind, ids)  # after: aiohttp's write path (headers on the first) ran
+                t = now_ns()
+                add(t, kind, ids, t0, t)  # after: aiohttp's write path (headers on the first) ran
                 sent += 1
             if finished:
                 break

@@ -22,6 +22,11 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
   chunks             one `ChunkTruth` per SSE event written (or one for a whole non-stream body):
       send_ns    `perf_counter_ns()` when the bytes went to the socket (see serving.py); with
                  `stream_events: per_token`, just after the write that carried them, on both paths
+      write_begin_ns, write_end_ns   `perf_counter_ns()` just before the write call that carried the
+                 event and just after it returned: on loopback the bytes reached the client's socket
+                 between the two, however long the simulator was held up (by its loop or the
+                 hypervisor) on either side of the write; both equal `send_ns` for the events of
+                 injected faults
       kind       "tokens" (carries output tokens), "role" (chat's first chunk), "usage" (final
                  usage chunk), "done" (`data: [DONE]`), "malformed", "error" (error event),
                  "body" (non-stream response body, all tokens)
@@ -46,6 +51,8 @@ class ChunkTruth(NamedTuple):
     kind: str
     n_tokens: int
     token_ids: tuple[int, ...]
+    write_begin_ns: int
+    write_end_ns: int
 
 
 @dataclass(slots=True)
@@ -71,14 +78,17 @@ class RequestTruth:
     flips: list[int] = field(default_factory=list)
     flip_batches: list[int] = field(default_factory=list)
     _send_ns: list[int] = field(default_factory=list)
+    _write_ns: list[int] = field(default_factory=list)  # (begin, end) pairs, flat
     _kinds: list[str] = field(default_factory=list)
     _counts: list[int] = field(default_factory=list)
     _ids: list[int] = field(default_factory=list)
 
-    def add_chunk(self, send_ns: int, kind: str, token_ids: list[int]) -> None:
-        """Record one event written at `send_ns` carrying `token_ids`."""
+    def add_chunk(self, send_ns: int, kind: str, token_ids: list[int], begin_ns: int = 0, end_ns: int = 0) -> None:
+        """Record one event written at `send_ns` carrying `token_ids`, by a write call made between
+        `begin_ns` and `end_ns` (both `send_ns` when not given)."""
         n = len(token_ids)
         self._send_ns.append(send_ns)
+        self._write_ns += (begin_ns or send_ns, end_ns or send_ns)
         self._kinds.append(kind)
         self._counts.append(n)
         self._ids.extend(token_ids)
@@ -89,8 +99,9 @@ class RequestTruth:
         """The events written, in order."""
         out: list[ChunkTruth] = []
         pos = 0
-        for t, kind, n in zip(self._send_ns, self._kinds, self._counts, strict=True):
-            out.append(ChunkTruth(t, kind, n, tuple(self._ids[pos:pos + n])))
+        w = self._write_ns
+        for i, (t, kind, n) in enumerate(zip(self._send_ns, self._kinds, self._counts, strict=True)):
+            out.append(ChunkTruth(t, kind, n, tuple(self._ids[pos:pos + n]), w[2 * i], w[2 * i + 1]))
             pos += n
         return out
 

@@ -104,6 +104,9 @@ class Decoded:
     # Output positions whose logprob is not a real value: absent, or a placeholder such as
     # llama-server's 0.0 with an empty top list for draft-accepted tokens. Compared on ids only.
     placeholder_positions: list[int] = field(default_factory=list)
+    # Token counts the server sent that no server can mean (a bool, a negative, a fraction, a
+    # string, a number beyond any context): by name, as received (`server_count`).
+    counts_received: dict[str, Any] = field(default_factory=dict)
 
 
 class EngineAdapter(Protocol):
@@ -143,6 +146,22 @@ def load_payload(data: bytes, what: str) -> tuple[Any, ErrorInfo | None]:
         return None, ErrorInfo("malformed", f"unparseable {what}: {data[:80]!r}")
     msg = error_message(obj)
     return obj, (ErrorInfo("error_event", msg) if msg is not None else None)
+
+
+MAX_COUNT = 100_000_000  # tokens: beyond the context of any model a server holds
+
+
+def server_count(d: Decoded, name: str, v: Any) -> int | None:
+    """A token count as the server sent it (`name`: its field): a plain integer from 0 to
+    `MAX_COUNT`, or None where it sent none. Anything else is impossible (a bool, which passes an
+    int check; a negative; a fraction; a string; 10**30, which JSON parsers read as a float): None,
+    with the value kept as received in `d.counts_received` (the record keeps it; the request's
+    count comes from its ids where the stream has them, else it is unverified)."""
+    if v is None or (type(v) is int and 0 <= v <= MAX_COUNT):
+        return v
+    d.counts_received[name] = v if isinstance(v, bool | int | float) or (isinstance(v, str) and len(v) <= 64) \
+        else repr(v)[:64]
+    return None
 
 
 def iter_objects(events: list[tuple[int, bytes]], d: Decoded) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgate.engine.adapters.base import Chunk, Decoded, GenRequest, SpecStats, iter_objects, load_payload
+from loadgate.engine.adapters.base import (
+    Chunk,
+    Decoded,
+    GenRequest,
+    SpecStats,
+    iter_objects,
+    load_payload,
+    server_count,
+)
 
 
 def llama_spec(timings: dict[str, Any]) -> SpecStats | None:
@@ -83,8 +91,8 @@ class LlamaCppCompletion:
                 d.chunks.append(Chunk(t_ns, len(toks), list(toks)))
             if obj.get("stop"):
                 d.finish_reason = _stop_reason(obj)
-                d.prompt_tokens = obj.get("tokens_evaluated")
-                d.completion_tokens = obj.get("tokens_predicted")
+                d.prompt_tokens = server_count(d, "prompt_tokens", obj.get("tokens_evaluated"))
+                d.completion_tokens = server_count(d, "completion_tokens", obj.get("tokens_predicted"))
                 d.spec = llama_spec(obj.get("timings") or {})
                 d.system_fingerprint = obj.get("system_fingerprint")
         d.text = "".join(text)
@@ -98,9 +106,10 @@ class LlamaCppCompletion:
             return Decoded(error=err)
         toks = list(obj.get("tokens") or [])
         d = Decoded(token_source="ids", output_ids=toks, text=obj.get("content") or "",
-                    finish_reason=_stop_reason(obj), prompt_tokens=obj.get("tokens_evaluated"),
-                    completion_tokens=obj.get("tokens_predicted"), spec=llama_spec(obj.get("timings") or {}),
+                    finish_reason=_stop_reason(obj), spec=llama_spec(obj.get("timings") or {}),
                     system_fingerprint=obj.get("system_fingerprint"))
+        d.prompt_tokens = server_count(d, "prompt_tokens", obj.get("tokens_evaluated"))
+        d.completion_tokens = server_count(d, "completion_tokens", obj.get("tokens_predicted"))
         if "completion_probabilities" in obj:
             d.logprobs, d.top_logprobs = [], []
             self._probs(d, 0, len(toks), obj["completion_probabilities"])

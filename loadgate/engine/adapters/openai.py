@@ -31,6 +31,7 @@ from loadgate.engine.adapters.base import (
     TokenSource,
     iter_objects,
     load_payload,
+    server_count,
 )
 from loadgate.engine.adapters.llamacpp import llama_spec
 
@@ -167,9 +168,10 @@ class _OpenAIBase:
             usage = obj.get("usage")
             usage_delta = None
             if isinstance(usage, dict):
-                d.prompt_tokens = usage.get("prompt_tokens", d.prompt_tokens)
-                ct = usage.get("completion_tokens")
-                if isinstance(ct, int):
+                if "prompt_tokens" in usage:
+                    d.prompt_tokens = server_count(d, "prompt_tokens", usage["prompt_tokens"])
+                ct = server_count(d, "completion_tokens", usage.get("completion_tokens"))
+                if ct is not None:
                     usage_delta = ct - last_completion
                     last_completion = ct
                     d.completion_tokens = ct
@@ -229,7 +231,8 @@ class _OpenAIBase:
             return Decoded(error=err)
         d = Decoded(token_source="ids")
         usage = obj.get("usage") or {}
-        d.prompt_tokens, d.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        d.prompt_tokens = server_count(d, "prompt_tokens", usage.get("prompt_tokens"))
+        d.completion_tokens = server_count(d, "completion_tokens", usage.get("completion_tokens"))
         d.system_fingerprint = obj.get("system_fingerprint")
         d.spec = _spec_from_metrics(obj)
         choices = obj.get("choices") or []

@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgate.engine.adapters.base import Chunk, Decoded, GenRequest, SpecStats, iter_objects, load_payload
+from loadgate.engine.adapters.base import (
+    Chunk,
+    Decoded,
+    GenRequest,
+    SpecStats,
+    iter_objects,
+    load_payload,
+    server_count,
+)
 
 
 def _finish(meta: dict[str, Any]) -> str | None:
@@ -63,8 +71,10 @@ class SGLangGenerate:
         return body
 
     def _finalize(self, d: Decoded, meta: dict[str, Any], lps: list[Any], tops: list[Any]) -> None:
-        d.prompt_tokens = meta.get("prompt_tokens", d.prompt_tokens)
-        d.completion_tokens = meta.get("completion_tokens", d.completion_tokens)
+        if "prompt_tokens" in meta:
+            d.prompt_tokens = server_count(d, "prompt_tokens", meta["prompt_tokens"])
+        if "completion_tokens" in meta:
+            d.completion_tokens = server_count(d, "completion_tokens", meta["completion_tokens"])
         d.finish_reason = _finish(meta) or d.finish_reason
         d.spec = _spec(meta) or d.spec
         if lps:
@@ -82,7 +92,7 @@ class SGLangGenerate:
         meta: dict[str, Any] = {}
         for t_ns, obj in iter_objects(events, d):
             meta = obj.get("meta_info") or {}
-            ct = meta.get("completion_tokens")
+            ct = server_count(d, "completion_tokens", meta.get("completion_tokens"))
             new_ids = obj.get("output_ids")
             n = 0
             if isinstance(new_ids, list):
@@ -95,10 +105,10 @@ class SGLangGenerate:
                 n = len(delta)
             else:
                 have_ids = False
-                if isinstance(ct, int):
+                if ct is not None:
                     n = ct - last_ct
                     d.token_source = "meta_info"
-            if isinstance(ct, int):
+            if ct is not None:
                 last_ct = ct
             piece = obj.get("text") or ""
             text = piece if piece.startswith(text) else text + piece

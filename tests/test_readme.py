@@ -1,0 +1,50 @@
+"""The README's quickstart output is what a fresh run prints: line by line, numbers aside."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+COMMAND = "$ loadgate run profiles/quickstart.yaml"
+
+
+def readme_block() -> list[str]:
+    """The output lines the README shows under the quickstart command."""
+    text = (REPO / "README.md").read_text()
+    start = text.index(COMMAND + "\n") + len(COMMAND) + 1
+    return text[start:text.index("```", start)].rstrip("\n").split("\n")
+
+
+def shape(line: str) -> str:
+    """A line with what differs between runs replaced: run folder stamps, numbers (figures, counts),
+    column padding. Hashes stay: a fresh run must give the README's fingerprints and baseline id."""
+    line = re.sub(r"quickstart-\d{8}T\d{6}Z(-\d+)?", "quickstart-RUN", line)
+    line = re.sub(r"(?<![0-9a-f])\d[\d,]*(\.\d+)?(?![0-9a-f])", "N", line)
+    return re.sub(r" {2,}", " ", line).rstrip()
+
+
+def test_the_readme_quickstart_block_is_what_a_fresh_run_prints():
+    """Run as the README says, in the repository (its run folder is removed afterwards)."""
+    before = set((REPO / "results").glob("quickstart-*")) if (REPO / "results").exists() else set()
+    try:
+        p = subprocess.run([sys.executable, "-m", "loadgate", "run", "profiles/quickstart.yaml"],
+                           cwd=REPO, capture_output=True, timeout=600)
+    finally:
+        for d in set((REPO / "results").glob("quickstart-*")) - before:
+            shutil.rmtree(d, ignore_errors=True)
+    got = p.stdout.decode().rstrip("\n").split("\n")
+    want = readme_block()
+    if p.returncode == 30:
+        # Invalid: on a VM whose host took a share of the CPU the stamps cannot be proven; the run
+        # must say so (the only acceptable cause here), and the rest reads the same.
+        invalid = [x for x in got if x.startswith("INVALID: ")]
+        assert len(invalid) == 1 and "the host took" in invalid[0], p.stdout.decode()
+        got = [x for x in got if not x.startswith("INVALID: ") and not x.startswith("outcome: INVALID")]
+        want = [x for x in want if not x.startswith("outcome: ")]
+    else:
+        assert p.returncode == 0, p.stderr.decode()
+    assert [shape(x) for x in got] == [shape(x) for x in want]
