@@ -301,6 +301,9 @@ def _trailing(adapter: EngineAdapter, events: list[SSEEvent], d: Decoded) -> set
     out = set()
     for t, k in chunks_at.items():
         if events_at[t] > k:
+            if last[t] == b"[DONE]":
+                out.add(t)
+                continue
             try:
                 alone = adapter.decode_stream([(t, last[t])]).chunks
             except (AttributeError, TypeError, KeyError, IndexError, ValueError):

@@ -19,10 +19,12 @@ Two kinds of turn, two floors:
   moved later by `touch` past task work that runs after it) is a floor for everything read now; and
   so is the floor of the last quiet turn, since everything read after it arrived after that turn's
   poll began to sleep.
-- **quiet** (the turn woke from an idle poll): the thread slept since the marker (its count of
-  voluntary context switches moved; a clock gap is no proof, since a hypervisor's steal time is in
-  no clock of the guest), and the process has no other thread that could have held the interpreter
-  lock (a thread waiting for the lock sleeps too; see `no_other_threads`). It sleeps only in the poll, and a level-triggered poll sleeps only while
+- **quiet** (the turn woke from an idle poll): the thread left the CPU since the marker (its
+  count of times scheduled in moved, from the same schedstat read as its run-queue wait; a clock
+  gap is no proof, since a hypervisor's steal time is in no clock of the guest; a preemption moves
+  the count too, and then the run-queue wait covers the time off the CPU, so the floor stays at
+  the marker), and the process has no other thread that could have held the interpreter lock (a
+  thread waiting for the lock sleeps too; see `no_other_threads`). It sleeps only in the poll, and a level-triggered poll sleeps only while
   no socket has data, so once the first byte read in this turn had arrived the thread did not sleep
   again: until the wake it ran (its CPU time) or waited for a CPU (its run-queue delay,
   `/proc/thread-self/schedstat`). So everything read in this turn arrived after the wake less that
@@ -56,7 +58,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from resource import RUSAGE_THREAD, getrusage
 from time import perf_counter_ns, thread_time_ns
 
 QUIET_MIN_NS = 20_000  # a turn this soon after the last marker did not wake from a sleep worth telling apart
@@ -65,11 +66,11 @@ HOST_TOLERANCE_NS = 200_000  # a quiet turn whose first read waited longer than 
 NEVER_STAMPED = 1 << 62
 
 
-def _run_delay_reader() -> Callable[[], int] | None:
-    """This thread's run-queue wait so far, in ns (`/proc/thread-self/schedstat`, second field:
-    time spent runnable but not running), as a function; None where the kernel gives no such file
-    or the file does not move (a sandbox that fakes it: its count of times scheduled stays put
-    across a sleep)."""
+def _run_delay_reader() -> Callable[[], tuple[int, int]] | None:
+    """This thread's run-queue wait so far in ns and its count of times scheduled in
+    (`/proc/thread-self/schedstat`, second and third fields: time spent runnable but not running,
+    and how many times it got a CPU), as a function; None where the kernel gives no such file or
+    the file does not move (a sandbox that fakes it: its count stays put across a sleep)."""
     try:
         fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -86,8 +87,9 @@ def _run_delay_reader() -> Callable[[], int] | None:
         return None
     pread = os.pread
 
-    def run_delay() -> int:
-        return int(pread(fd, 128, 0).split()[1])
+    def run_delay() -> tuple[int, int]:
+        f = pread(fd, 128, 0).split()
+        return int(f[1]), int(f[2])
 
     return run_delay
 
@@ -98,8 +100,14 @@ def no_other_threads() -> bool:
     Another thread may hold the lock, and this one's wait for it is a sleep outside the poll. Neither
     CPU clock tells: the kernel adds another thread's running slice to the process's time only at a
     tick or a switch (a thread that held the lock for 30 ms showed 0.12 ms)."""
-    main = threading.current_thread()
-    return all(t is main or t.name.startswith("asyncio_") for t in threading.enumerate())
+    n = threading.active_count()
+    if n != _THREADS[0]:  # the answer is recomputed only when the number of threads changed
+        main = threading.current_thread()
+        _THREADS[:] = [n, all(t is main or t.name.startswith("asyncio_") for t in threading.enumerate())]
+    return bool(_THREADS[1])
+
+
+_THREADS: list[int | bool] = [0, False]  # (thread count, whether they were all the loop's executor's)
 
 
 class Turn:
@@ -151,7 +159,7 @@ class LoopTurns:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.exact = False
         self.marker = self.ended = self.ended_before = self.marker_cpu = self.marker_rd = self.marker_sleeps = 0
-        self.run_delay: Callable[[], int] | None = None
+        self.run_delay: Callable[[], tuple[int, int]] | None = None
         self.last_quiet: Turn | None = None
 
     def enter(self, begin_ns: int, loop: asyncio.AbstractEventLoop) -> Turn:
@@ -164,12 +172,15 @@ class LoopTurns:
             self.run_delay = _run_delay_reader() if self.exact else None
         rd = self.run_delay
         turn: Turn
-        quiet = False
+        quiet, busy = False, 0
         if rd is not None and self.marker and begin_ns - self.ended > QUIET_MIN_NS:
-            # it blocked since the marker, in the poll: no other thread could have held the interpreter lock
-            quiet = getrusage(RUSAGE_THREAD).ru_nvcsw > self.marker_sleeps and no_other_threads()
-        if quiet and rd is not None:
-            busy = (thread_time_ns() - self.marker_cpu) + (rd() - self.marker_rd)
+            # It left the CPU since the marker (slept in the poll, as no other thread could have
+            # held the interpreter lock; or was preempted, and then its run-queue wait covers that).
+            waited, switches = rd()
+            if switches > self.marker_sleeps and no_other_threads():
+                busy = (thread_time_ns() - self.marker_cpu) + (waited - self.marker_rd)
+                quiet = True
+        if quiet:
             turn = self.last_quiet = Turn(begin_ns, True, self.marker, begin_ns - busy - WAKE_SLACK_NS)
         else:
             turn = Turn(begin_ns, False, self.ended_before if self.exact else 0, after=self.last_quiet)
@@ -188,16 +199,16 @@ class LoopTurns:
         """Called after anything in the loop's thread that may sleep outside the poll (a lock shared
         with other processes, a file write): that sleep is no proof of an idle poll."""
         if self.run_delay is not None:
-            self.marker_sleeps = getrusage(RUSAGE_THREAD).ru_nvcsw
+            self.marker_sleeps = self.run_delay()[1]
 
     def _turn_over(self) -> None:
         self.pending = False
         now = perf_counter_ns()
         self.ended_before, self.ended, self.marker = self.ended, now, now
         if self.run_delay is not None:
-            # thread_time_ns, not getrusage's times: those leave out the slice the thread is running
-            self.marker_cpu, self.marker_sleeps = thread_time_ns(), getrusage(RUSAGE_THREAD).ru_nvcsw
-            self.marker_rd = self.run_delay()
+            # thread_time_ns, not the schedstat file's CPU time: that leaves out the running slice
+            self.marker_cpu = thread_time_ns()
+            self.marker_rd, self.marker_sleeps = self.run_delay()
 
 
 LOOP_TURNS = LoopTurns()
