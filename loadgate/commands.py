@@ -12,7 +12,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -66,12 +66,68 @@ def validate(profile: str) -> None:
     if p.workload.trace is not None:
         trace_of(p)
     say(f"{profile}: valid profile {p.name!r}")
+    for line in _sampling_power_lines(p):
+        say(line)
     c = p.load.concurrency
     slots = max(c) if isinstance(c, tuple) else c
     if slots and p.load.warmup_requests < slots:
         say(f"note: load.warmup_requests ({p.load.warmup_requests}) is below the concurrency ({slots}): "
             f"up to {slots - p.load.warmup_requests} measured requests per level open a connection, "
             "and their TTFT includes it")
+
+
+TARGET_TVS = (0.05, 0.02, 0.01)
+ASSUMED_DF = 10  # categories less one, where no baseline samples show the real number
+
+
+def _sampling_power_lines(p: Any) -> list[str]:
+    """What the distribution-preserving test can detect with the profile's samples, and the
+    samples a side each target TV needs: at the baseline's own category probabilities where its
+    file holds samples, else for a difference of any shape at an assumed 11 categories."""
+    sc = p.exactness.sampling if p.exactness is not None else None
+    if sc is None or not sc.distribution_preserving:
+        return []
+    from collections import Counter
+
+    from loadgate.exactness import baseline as bl
+    from loadgate.exactness.sampling import (
+        detectable_shift_tv,
+        detectable_tv,
+        pooled_table,
+        samples_needed,
+        shift_ratio,
+    )
+
+    level = sc.alpha / sc.prefixes  # Holm's strictest level
+    head = f"sampling (distribution-preserving, alpha {sc.alpha:g} over {sc.prefixes} prefixes): {sc.samples} samples a side"
+    stored: dict[str, Any] = {}
+    if p.exactness.baseline != "sim-reference":
+        with contextlib.suppress(UsageError):
+            stored = (bl.load(p.resolve(p.exactness.baseline)).doc.get("sampling") or {}).get("prefixes") or {}
+    out = []
+    for case, s in list(stored.items())[:sc.prefixes]:
+        counts = Counter(s.get("labels") or [])
+        if not counts:
+            continue
+        n = sum(counts.values())
+        cats, table = pooled_table(counts, counts)
+        probs = table[0] / n
+        df = len(cats) - 1
+        if df < 1:
+            out.append(f"  {case}: the baseline's samples fall into one category: nothing can be told apart")
+            continue
+        shift = detectable_shift_tv(cats, probs, sc.samples, sc.samples, df, level)
+        need = ", ".join(f"TV {tv:g}: {samples_needed(tv, df, level, shift_ratio(cats, probs, tv)):,}" for tv in TARGET_TVS)
+        out.append(f"  {case} (the baseline's {len(cats)} categories): detect a shift toward the likeliest tokens "
+                   f"of TV >= {shift:.3f}, any difference of TV >= {detectable_tv(sc.samples, sc.samples, df, level):.3f}; "
+                   f"samples a side for a shift of {need}")
+    if out:
+        return [head + " per prefix, with probability >= 0.8:", *out]
+    need = ", ".join(f"TV {tv:g}: {samples_needed(tv, ASSUMED_DF, level):,}" for tv in TARGET_TVS)
+    return [f"{head} detect any difference of TV >= "
+            f"{detectable_tv(sc.samples, sc.samples, ASSUMED_DF, level):.3f} with probability >= 0.8, at an assumed "
+            f"{ASSUMED_DF + 1} categories (no baseline samples to read: capture the baseline, then validate again, "
+            f"for the figures at its own categories); samples a side for {need}"]
 
 
 def schema() -> None:
@@ -109,8 +165,13 @@ def run(profile: str, *, quiet: bool, unverified: bool, html: bool = False) -> N
     if j.comparisons is not None:
         pairs = len(j.ab_info["runs"]["A"]) if j.ab_info else 0
         say(f"\nrun folders: {d}/A1 … B{pairs}; comparison: {d / 'comparison.json'}; verdict: {d / 'verdict.json'}")
-    else:
-        say(f"\nrecords: {d / 'records.jsonl'}\nsummary: {d / 'summary.json'}\nverdict: {d / 'verdict.json'}")
+    else:  # only the files the run wrote (one stopped during its check measured nothing)
+        files = [f"{name}: {d / f}" for name, f in (("records", "records.jsonl"), ("summary", "summary.json"),
+                                                     ("verdict", "verdict.json")) if (d / f).exists()]
+        say("\n" + "\n".join(files or [f"run folder: {d} (nothing in it was measured)"]))
+        if not (d / "records.jsonl").exists():
+            _raise_for(j.verdict)
+            return
     say(_html_line(result) if html else f"plots: loadgate report --html {d}")
     _raise_for(j.verdict)
 

@@ -275,6 +275,34 @@ def test_a_signal_mid_run_leaves_no_child_process_and_a_summary_marked_interrupt
     assert main(["report", str(tmp_path / "out" / "r")]) == 128 + sig
 
 
+def test_a_run_interrupted_during_its_check_names_only_the_files_it_wrote(tmp_path):
+    """SIGINT while the exactness check runs (slow steps: the check takes many seconds): exit 130,
+    and the closing lines name the verdict it wrote, not records or a summary it never wrote."""
+    from tests.profiles import tiny_corpus
+
+    doc = yaml.safe_load(sim_profile(tmp_path, requests=20).read_text())
+    doc["target"]["sim"] = {"decode_step_us": 60000}
+    doc["exactness"] = {"baseline": "sim-reference", "corpus": str(tiny_corpus(tmp_path))}
+    prof = tmp_path / "check.yaml"
+    prof.write_text(yaml.safe_dump(doc))
+    p = loadgate_proc("run", str(prof))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (tmp_path / "out" / "r").exists():
+            time.sleep(0.05)
+        time.sleep(1.0)  # the check is under way (its three cases take seconds at 60 ms a step)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    text = out.decode()
+    assert p.returncode == 130, (text, err.decode())
+    assert "records:" not in text and "summary:" not in text and "plots:" not in text, text
+    assert f"verdict: {tmp_path / 'out' / 'r' / 'verdict.json'}" in text, text
+    assert not (tmp_path / "out" / "r" / "records.jsonl").exists()
+
+
 def test_report_says_interrupted(tmp_path, capsys):
     p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path)))
     try:

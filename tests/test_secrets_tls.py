@@ -154,6 +154,8 @@ def test_https_without_the_ca_fails_clearly(tmp_path, pki, capsys):
     with tls_sim(pki) as sim:
         code, _, err = run_https(tmp_path, sim.url, None, capsys)
     assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in err and "\n" not in err.strip(), err
+    assert "give the CA that signed it in target.tls.ca_file" in err, err
+    assert "client_cert" not in err and "workload.tokenizer" not in err, err  # hints for other failures
 
 
 def test_a_server_that_requires_a_client_certificate(tmp_path, pki, capsys):

@@ -100,6 +100,11 @@ def refuse_proxies(url: str) -> None:
                          "unset the proxy variable")
 
 
+class Unreachable(EngineError):
+    """The request never got an answer (no connection, an untrusted certificate, a timeout): the
+    route's own hints do not apply."""
+
+
 async def read_bounded(r: aiohttp.ClientResponse, url: str) -> bytes:
     parts, n = [], 0
     while chunk := await r.content.read(1 << 20):
@@ -120,10 +125,13 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, method: str = "G
             return orjson.loads(data)
     except (aiohttp.ClientError, TimeoutError, ssl.SSLError) as e:
         hint = "is the engine up?"
-        if url.startswith("https:") and isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        if isinstance(e, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
+            hint = ("the server's certificate is not trusted here: give the CA that signed it in target.tls.ca_file "
+                    "(or, for a test server only, target.tls.insecure: true)")
+        elif url.startswith("https:") and isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
             hint = ("over TLS, a server that requires a client certificate closes like this: give one in "
                     "target.tls.client_cert")
-        raise EngineError(f"{method} {url} failed: {e or type(e).__name__}; {hint}") from None
+        raise Unreachable(f"{method} {url} failed: {e or type(e).__name__}; {hint}") from None
     except orjson.JSONDecodeError:
         raise EngineError(f"{method} {url} did not answer JSON") from None
 

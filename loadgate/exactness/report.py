@@ -111,9 +111,11 @@ def sampling_lines(s: dict[str, Any]) -> list[str]:
         share = dp.get("verify_share")
         lines.append(
             f"distribution-preserving at temperature {dp['temperature']:g}, alpha {dp['alpha']:g} (Holm over "
-            f"{len(dp['prefixes'])} prefixes): {state}; {dp['samples']} samples a side per prefix detect any "
-            f"difference of total-variation distance >= {dp['detectable_tv']:.3f} over the pooled categories with "
-            "probability >= 0.8"
+            f"{len(dp['prefixes'])} prefixes): {state}; {dp['samples']} samples a side per prefix detect, with "
+            "probability >= 0.8, "
+            + (f"a shift toward the likeliest tokens (what a wrong acceptance rule makes) of total-variation "
+               f"distance >= {dp['detectable_shift_tv']:.3f}, and any " if "detectable_shift_tv" in dp else "any ")
+            + f"difference of total-variation distance >= {dp['detectable_tv']:.3f} over the pooled categories"
             + ("" if share is None else f"; in {share:.0%} of the candidate's sample requests (the least of the "
                "prefixes) the engine showed draft activity")
             + (f"; NOT ESTABLISHED: {dp['reason']}" if dp.get("reason") else ""))

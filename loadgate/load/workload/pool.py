@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from loadgate.engine.http import get_json
+from loadgate.engine.http import Unreachable, get_json
 from loadgate.errors import EngineError, UsageError
 from loadgate.load.workload.hf import HFTokenizer, TemplateError
 from loadgate.load.workload.text import filler_text, filler_words
@@ -87,6 +87,8 @@ async def server_pool(session: aiohttp.ClientSession, base: str, model: str, nee
                       api: str = "openai-completions") -> TokenPool:
     try:
         data = await _post(session, f"{base}/tokenize", tokenize_body(api, model, filler_text()))
+    except Unreachable:
+        raise  # the server, not its /tokenize: the hints about token sources do not apply
     except EngineError as e:
         raise EngineError(f"{e.message.rstrip('.')}; {NO_TOKENIZE}") from None
     ids = sorted({i for i in data.get("tokens") or [] if isinstance(i, int)})
