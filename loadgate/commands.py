@@ -96,10 +96,11 @@ def _sampling_power_lines(p: Any) -> list[str]:
         pooled_table,
         samples_needed,
         shift_ratio,
+        shift_reach,
     )
 
     level = sc.alpha / sc.prefixes  # Holm's strictest level
-    head = f"sampling (distribution-preserving, alpha {sc.alpha:g} over {sc.prefixes} prefixes): {sc.samples} samples a side"
+    head = f"sampling (distribution-preserving, alpha {sc.alpha:g} over {sc.prefixes} prefixes)"
     stored: dict[str, Any] = {}
     if p.exactness.baseline != "sim-reference":
         with contextlib.suppress(UsageError):
@@ -116,15 +117,21 @@ def _sampling_power_lines(p: Any) -> list[str]:
         if df < 1:
             out.append(f"  {case}: the baseline's samples fall into one category: nothing can be told apart")
             continue
-        shift = detectable_shift_tv(cats, probs, sc.samples, sc.samples, df, level)
-        need = ", ".join(f"TV {tv:g}: {samples_needed(tv, df, level, shift_ratio(cats, probs, tv)):,}" for tv in TARGET_TVS)
-        out.append(f"  {case} (the baseline's {len(cats)} categories): detect a shift toward the likeliest tokens "
-                   f"of TV >= {shift:.3f}, any difference of TV >= {detectable_tv(sc.samples, sc.samples, df, level):.3f}; "
-                   f"samples a side for a shift of {need}")
+        drawn = n  # the check draws as many as the baseline holds
+        shift = detectable_shift_tv(cats, probs, drawn, drawn, df, level)
+        reach = shift_reach(cats, probs)
+        need = ", ".join(f"TV {tv:g}: " + (f"{samples_needed(tv, df, level, shift_ratio(cats, probs, tv)):,}"
+                                          if tv <= reach else "no such shift is that large") for tv in TARGET_TVS)
+        if drawn != sc.samples:
+            out.append(f"  {case}: the baseline holds {drawn} samples, not exactness.sampling.samples "
+                       f"({sc.samples}): the check draws {drawn} (capture the baseline again for {sc.samples})")
+        out.append(f"  {case} (the baseline's {len(cats)} categories, {drawn} samples a side): detect a shift toward "
+                   f"the likeliest tokens of TV >= {shift:.3f}, any difference of TV >= "
+                   f"{detectable_tv(drawn, drawn, df, level):.3f}; samples a side for a shift of {need}")
     if out:
-        return [head + " per prefix, with probability >= 0.8:", *out]
+        return [head + ", per prefix, with probability >= 0.8:", *out]
     need = ", ".join(f"TV {tv:g}: {samples_needed(tv, ASSUMED_DF, level):,}" for tv in TARGET_TVS)
-    return [f"{head} detect any difference of TV >= "
+    return [f"{head}: {sc.samples} samples a side detect any difference of TV >= "
             f"{detectable_tv(sc.samples, sc.samples, ASSUMED_DF, level):.3f} with probability >= 0.8, at an assumed "
             f"{ASSUMED_DF + 1} categories (no baseline samples to read: capture the baseline, then validate again, "
             f"for the figures at its own categories); samples a side for {need}"]

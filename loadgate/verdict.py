@@ -139,13 +139,16 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     """The verdict of a run folder or an A/B folder, from its files alone. `finishing`: the run
     itself judges the folder it is about to mark final (not incomplete, then)."""
     run_dir = Path(run_dir)
+    state = read_state(run_dir)
+    unfinished = not finishing and state is not None and state.get("state") != "final"
     if (run_dir / "ab.json").exists():
+        if unfinished and _stopped(run_dir) is None:
+            return _incomplete_ab(run_dir, state or {})
         return _judge_ab(run_dir)
     stopped = _stopped(run_dir)
     if stopped is not None and (stopped.outcome != "interrupted" or not (run_dir / "meta.json").exists()):
         return Judgement(stopped)
-    state = read_state(run_dir)
-    if not finishing and stopped is None and state is not None and state.get("state") != "final":
+    if unfinished and stopped is None and state is not None:
         return _incomplete(run_dir, state)
     if not (run_dir / "records.jsonl").exists() and (checked := _exactness_of(run_dir)) is not None:
         if checked == "passed":  # `loadgate check`: nothing measured
@@ -176,20 +179,38 @@ def _planned(meta: dict[str, Any]) -> int | None:
     return n * len(meta.get("levels") or []) if isinstance(n, int) else None
 
 
+def _code_and_why(state: dict[str, Any]) -> tuple[int, str]:
+    """An unfinished run's exit code (its own where it recorded one, else 5) and why, in words."""
+    code = state.get("code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) and code in EXIT_CODES and code else 5
+    if code != 5:
+        return code, f"the run stopped on an error (exit {code}: {EXIT_CODES[code]})"
+    where = f" as pid {state['pid']} on {state['host']}" if state.get("pid") and state.get("host") else ""
+    return code, f"the run never finished (killed, or still running{where})"
+
+
+def _incomplete_ab(run_dir: Path, state: dict[str, Any]) -> Judgement:
+    """An A/B folder whose runs did not all finish: no comparison is made of what it holds."""
+    code, why = _code_and_why(state)
+    ab = load_json(run_dir / "ab.json")
+    order = list(ab.get("order") or [])
+    done = [name for name in order if (run_dir / name / "records.jsonl").exists()]
+    return Judgement(Verdict(code, "incomplete", f"A/B run incomplete: {why}; {len(done)} of {len(order)} runs "
+                             f"began ({', '.join(done) or 'none'}); no comparison is made of an unfinished A/B run",
+                             "ab"))
+
+
 def _incomplete(run_dir: Path, state: dict[str, Any]) -> Judgement:
     """A folder whose run did not finish: what it kept, judged INCOMPLETE with the run's own code
     where it recorded one, else 5."""
     from loadgate.load.recorder import recover
     from loadgate.records import read_records
 
-    code = state.get("code")
-    code = code if isinstance(code, int) and not isinstance(code, bool) and code in EXIT_CODES and code else 5
+    code, why = _code_and_why(state)
     recovered, logs = recover(run_dir)
+    from_logs = {(str(r.level), r.i) for r in recovered if not r.warmup}
     for part in sorted(run_dir.glob(".part-*.jsonl")):  # a worker's records the parent never appended
         recovered += list(read_records(part, include_warmup=True, damage=Damage()))
-    why = ("the run stopped on an error (exit " + str(code) + ": " + EXIT_CODES[code] + ")" if code != 5 else
-           "the run never finished (killed, or still running"
-           + (f" as pid {state['pid']} on {state['host']}" if state.get("pid") and state.get("host") else "") + ")")
     missing = [f for f in ("summary.json", "verdict.json") if not (run_dir / f).exists()]
     if not (run_dir / "meta.json").exists():
         return Judgement(Verdict(code, "incomplete", f"run incomplete: {why}; nothing was measured (no meta.json)"))
@@ -197,10 +218,13 @@ def _incomplete(run_dir: Path, state: dict[str, Any]) -> Judgement:
     meta = load_json(run_dir / "meta.json")
     kept = sum(s.requests for s in summary.levels.values())
     planned = _planned(meta)
-    from_logs = sum(1 for r in recovered if not r.warmup)
+    in_records = set()
+    if (run_dir / "records.jsonl").exists():
+        in_records = {(str(r.level), r.i) for r in read_records(run_dir / "records.jsonl", damage=Damage())}
+    decoded = len(from_logs - in_records)  # those the logs added
     words = [f"run incomplete: {why}",
              f"{kept} of {planned if planned is not None else 'an unplanned number of'} measured requests kept"
-             + (f" ({from_logs} decoded from the exchange logs it left)" if logs else "")]
+             + (f" ({decoded} decoded from the exchange logs it left)" if logs else "")]
     if missing:
         words.append("no " + " or ".join(missing))
     invalid = [p for lv in summary.levels.values() for p in lv.invalid]

@@ -377,3 +377,23 @@ def test_llama_cpp_apis_need_no_reset_because_their_requests_never_use_the_promp
             off.add(api)
     assert off == set(PROMPT_CACHE_OFF_APIS) and off
     assert run_async(empty_prefix_cache(None, "http://127.0.0.1:9", "llamacpp")) == "cache_prompt: false"  # type: ignore[arg-type]
+
+
+def test_an_ab_folder_whose_runs_did_not_all_finish_is_incomplete_not_compared(tmp_path, capsys):
+    """An A/B run killed after its first pair (state.json still `running`): `report` makes no
+    comparison of what it holds and says INCOMPLETE with exit 5; stopped on a failed write, with 4."""
+    from loadgate.jsonutil import dump_json
+    from loadgate.runstate import write_state
+
+    run = tmp_path / "ab"
+    run.mkdir()
+    dump_json(run / "ab.json", {"pairs": 3, "order": ["A1", "B1", "B2", "A2", "A3", "B3"], "sides": {}})
+    for name in ("A1", "B1"):
+        (run / name).mkdir()
+        (run / name / "records.jsonl").write_bytes(b"")
+    write_state(run, "running")
+    assert main(["report", str(run)]) == 5
+    out = capsys.readouterr().out
+    assert "INCOMPLETE (exit 5" in out and "2 of 6 runs began (A1, B1)" in out, out
+    write_state(run, "stopped", 4)
+    assert main(["report", str(run)]) == 4

@@ -220,9 +220,25 @@ def test_validate_prints_what_the_samples_detect_and_the_samples_each_target_tv_
     p.write_text(yaml.safe_dump(doc))
     assert main(["validate", str(p)]) == 0
     out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if x.startswith("  case-a (the baseline's 18 categories)"))
+    assert "  case-a: the baseline holds 3000 samples, not exactness.sampling.samples (4000): the check draws 3000" in out
+    line = next(x for x in out.splitlines() if x.startswith("  case-a (the baseline's 18 categories, 3000 samples a side)"))
     need = int(re.search(r"TV 0.02: ([\d,]+)", line).group(1).replace(",", ""))
     counts = Counter(labels)
     cats, table = pooled_table(counts, counts)
     assert detectable_shift_tv(cats, table[0] / 3000, need, need, 17, 0.01 / 2) <= 0.02 * (1 + 1e-6)
     assert "detect a shift toward the likeliest tokens of TV >= " in line and "any difference of TV >= " in line
+
+
+def test_the_shift_keeps_a_block_whose_top_absorbed_the_pooled_rest_and_stops_at_its_reach():
+    """`pooled_table` names the largest category "a b+other" when the pool is too small to stand
+    alone: it is still block a's top. A TV beyond what any such shift can make falls back to the
+    any-shape bound."""
+    from loadgate.exactness.sampling import detectable_shift_tv, shift_ratio, shift_reach
+
+    probs = [0.9, 0.06, 0.03, 0.01]
+    plain = shift_ratio(["1 1", "1 2", "1 3", "1 4"], probs, 0.01)
+    assert shift_ratio(["1 1+other", "1 2", "1 3", "1 4"], probs, 0.01) == plain
+    cats = ["1 1", "1 2", "2 1", "2 2"]
+    peaked = [0.485, 0.015, 0.485, 0.015]
+    assert shift_reach(cats, peaked) == pytest.approx(0.03)
+    assert detectable_shift_tv(cats, peaked, 50, 50, 3, 0.01) == detectable_tv(50, 50, 3, 0.01)  # beyond 0.03

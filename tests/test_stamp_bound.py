@@ -197,3 +197,54 @@ def test_where_the_host_took_a_share_of_the_cpu_a_quiet_turn_narrows_only_reads_
             assert bounds == [0, 0, 40_000, 40_000] and busy == []  # the last one came with the end
         else:
             assert bounds == [0, 0, 7 * MS, 7 * MS] and busy == [2, 3]  # since the poll's start, listed as held up
+
+
+def test_a_read_that_goes_on_with_a_final_event_or_into_the_next_event_bounds_its_last_tokens():
+    """Reads decided by the event each chunk came from: a final event with an empty text and the
+    usage (llama-server's /v1 end, which alone would decode as a chunk of the whole count), or a
+    read that ends inside the next event (CRLF lines here): the tokens before keep the bound."""
+    from loadgate.engine.adapters import adapter_for
+    from loadgate.load.target import decode
+
+    def crlf(*events: bytes) -> bytes:
+        return b"".join(b"data: " + e + b"\r\n\r\n" for e in events)
+
+    tok = b'{"choices": [{"index": 0, "text": " a", "finish_reason": null}]}'
+    final = b'{"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": {"completion_tokens": 2}}'
+    t1, t2, t3 = 10 * MS, 30 * MS, 40 * MS
+    for second, third in ((crlf(tok, final), crlf(b"[DONE]")),  # the final event after the tokens
+                          (crlf(tok) + crlf(tok)[:20], crlf(tok)[20:] + crlf(b"[DONE]"))):  # into the next event
+        raw = Raw(start_ns=0, end_ns=t3, status=200, reads=[(t1, crlf(tok)), (t2, second), (t3, third)])
+        raw.prev_read_of = {t1: 0, t2: t1, t3: t2}
+        d = decode(adapter_for("openai-completions"), True, raw)
+        stamps = [c.t_ns for c in d.chunks]
+        bounds, _ = early_bounds(raw, stamps)
+        assert stamps[:2] == [t1, t2] and bounds[:2] == [0, 20 * MS], (stamps, bounds)
+
+
+def test_a_preemption_without_a_sleep_is_no_quiet_turn(monkeypatch):
+    """The count of times scheduled in moves on a preemption too; without a voluntary switch the
+    poll may not have slept, and the turn keeps the busy floor (the poll two turns back)."""
+    import types
+
+    import uvloop
+
+    from loadgate.load import turns
+
+    loop = uvloop.new_event_loop()
+    try:
+        lt = turns.LoopTurns()
+        counts = {"pcount": 10, "nvcsw": 5}
+        lt.enter(1_000_000, loop)  # a first turn, to set up the loop
+        lt.run_delay = lambda: (0, counts["pcount"])
+        monkeypatch.setattr(turns, "getrusage", lambda _who: types.SimpleNamespace(ru_nvcsw=counts["nvcsw"]))
+        monkeypatch.setattr(turns, "no_other_threads", lambda: True)
+        for voluntary, quiet in ((False, False), (True, True)):
+            lt._turn_over()  # the marker
+            counts["pcount"] += 1  # off the CPU since: preempted, or asleep in the poll
+            counts["nvcsw"] += voluntary
+            turn = lt.enter(lt.ended + 5 * MS, loop)
+            assert turn.quiet is quiet
+            lt.pending = False
+    finally:
+        loop.close()

@@ -130,17 +130,18 @@ def shift_ratio(categories: Sequence[str], probs: Sequence[float], tv: float = 0
     blocks: dict[str, list[int]] = {}
     p = np.asarray(probs, dtype=float)
     for k, cat in enumerate(categories):
-        parts = cat.split(" ")
-        if len(parts) == 2 and OTHER not in cat and p[k] > 0:
+        parts = cat.removesuffix("+" + OTHER).split(" ")  # the largest category keeps its place when "other" joins it
+        if len(parts) == 2 and OTHER not in parts and p[k] > 0:
             blocks.setdefault(parts[0], []).append(k)
     d = np.zeros_like(p)
     for ks in blocks.values():
         top = max(ks, key=lambda k: p[k])
         d[ks] = -p[ks]
         d[top] += p[ks].sum()
-    unit = 0.5 * np.abs(d).sum()  # the TV of a shift of strength 1
+    unit = 0.5 * np.abs(d).sum()  # the TV of a shift of strength 1: all of each block on its top
     if unit <= 0:
         return 4.0
+    tv = min(tv, unit)
     d *= (tv or unit) / unit
     mid = p + d / 2
     used = mid > 0
@@ -154,11 +155,25 @@ def detectable_shift_tv(categories: Sequence[str], probs: Sequence[float], n1: i
     tv = detectable_tv(n1, n2, df, level, power, shift_ratio(categories, probs))
     for _ in range(3):
         tv = detectable_tv(n1, n2, df, level, power, shift_ratio(categories, probs, tv))
+    if tv > shift_reach(categories, probs):  # no such shift is that large: the any-shape bound holds
+        return detectable_tv(n1, n2, df, level, power)
     return tv
 
 
+def shift_reach(categories: Sequence[str], probs: Sequence[float]) -> float:
+    """The largest TV a shift toward the likeliest tokens can make (every block on its top)."""
+    p = np.asarray(probs, dtype=float)
+    blocks: dict[str, list[float]] = {}
+    for k, cat in enumerate(categories):
+        parts = cat.removesuffix("+" + OTHER).split(" ")
+        if len(parts) == 2 and OTHER not in parts and p[k] > 0:
+            blocks.setdefault(parts[0], []).append(float(p[k]))
+    return float(sum(sum(ps) - max(ps) for ps in blocks.values()))
+
+
 def samples_needed(tv: float, df: int, level: float, r: float = 4.0, power: float = POWER) -> int:
-    """Samples a side (equal sides) for a test at `level` to detect `tv` with probability `power`."""
+    """Samples a side (equal sides) for a test at `level` to detect `tv` with probability `power`
+    (`r`: the difference's shape, `shift_ratio`; 4 for any shape)."""
     return int(np.ceil(2.0 * noncentrality(df, level, power) / (r * tv * tv)))
 
 

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -84,6 +84,9 @@ def encode(x: Exchange) -> bytes:
         "sk": socket, "ts": [t for t, _ in reads], "ln": [len(b) for _, b in reads],
         "src": raw.stamp_source, "lag": raw.read_lag_max_ns, "nc": raw.new_connection,
         "rb": raw.read_begin, "sn": raw.sent_ns,
+        # the aiohttp path notes each read's floor as it receives (the socket path works them out
+        # from `rb` when decoding)
+        "pr": list(raw.prev_read_of.items()) if raw.socket_reads is None else [],
     }
     return _frame(header, b"".join(b for _, b in reads))
 
@@ -101,6 +104,7 @@ def _exchange(h: dict[str, Any], payload: bytes) -> Exchange:
         raw.socket_reads = reads
     else:
         raw.reads = reads
+        raw.prev_read_of = {int(t): int(f) for t, f in h.get("pr") or []}
     return Exchange(h["i"], h["w"], h["pl"], h["ol"], h["t0"], h["lv"], h["rd"], h["in"], raw)
 
 
@@ -122,10 +126,13 @@ class ExchangeLog:
         self._ends = [len(self._buf)]  # where each frame in the batch ends
         self._since = perf_counter_ns()
         self.count = 0  # exchanges added
+        self.failed = False  # a write failed: nothing more is taken (the run is stopping)
         self.flush()
 
     def add(self, x: Exchange) -> None:
         """Keep one finished exchange; the batch goes to disk when it is full or old enough."""
+        if self.failed:
+            return  # after a failed write: the slots still finishing while the run stops are not kept
         self._buf += encode(x)
         self._ends.append(len(self._buf))
         self.count += 1
@@ -136,7 +143,7 @@ class ExchangeLog:
         """Write the batch. A write that fails (disk full) cuts the file back to its last whole
         frame and raises `ResultsNotWritten` (exit 4)."""
         self._since = perf_counter_ns()
-        if not self._buf or self._fd is None:
+        if not self._buf or self._fd is None or self.failed:
             return
         view = memoryview(self._buf)
         try:
@@ -152,6 +159,7 @@ class ExchangeLog:
             self._size += keep
             self._buf.clear()
             self._ends.clear()
+            self.failed = True
             raise ResultsNotWritten(f"{self.path}: cannot write finished exchanges: {e.strerror or e}") from None
         finally:
             LOOP_TURNS.after_blocking()  # a file write may sleep: not the poll's sleep
@@ -181,39 +189,43 @@ class LogContents:
     path: Path
 
 
-def _frames(data: bytes) -> Iterator[tuple[dict[str, Any], bytes]]:
-    k, n = 0, len(data)
-    while k + HEAD.size <= n:
-        magic, hl, pl = HEAD.unpack_from(data, k)
-        end = k + HEAD.size + hl + pl
-        if magic != MAGIC or hl > MAX_HEADER or end > n:
-            break
+def _frames(f: BinaryIO) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """The whole frames of an open log, one at a time (a phase's log can be larger than memory)."""
+    while len(head := f.read(HEAD.size)) == HEAD.size:
+        magic, hl, pl = HEAD.unpack(head)
+        if magic != MAGIC or hl > MAX_HEADER:
+            return
+        h = f.read(hl)
+        payload = f.read(pl)
+        if len(h) < hl or len(payload) < pl:
+            return  # cut by a crash or a full disk: what came before is kept
         try:
-            header = orjson.loads(data[k + HEAD.size:k + HEAD.size + hl])
+            header = orjson.loads(h)
         except orjson.JSONDecodeError:
-            break
-        yield header, data[k + HEAD.size + hl:end]
-        k = end
+            return
+        yield header, payload
 
 
 def read(path: Path) -> LogContents | None:
-    """The log at `path`; None when it is not one (no whole first frame of this format)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    frames = _frames(data)
+    """The log at `path`, read frame by frame as its exchanges are taken; None when it is not one
+    (no whole first frame of this format). OSError when it cannot be opened."""
+    f = open(path, "rb")  # noqa: SIM115 - closed when its exchanges are exhausted
+    frames = _frames(f)
     first = next(frames, None)
     if first is None or first[0].get("format") != FORMAT:
+        f.close()
         return None
     meta = first[0]
 
     def exchanges() -> Iterator[Exchange]:
-        for h, payload in frames:
-            try:
-                yield _exchange(h, payload)
-            except (KeyError, TypeError, ValueError, IndexError):
-                return  # a frame of another shape: what came before is kept
+        try:
+            for h, payload in frames:
+                try:
+                    yield _exchange(h, payload)
+                except (KeyError, TypeError, ValueError, IndexError):
+                    return  # a frame of another shape: what came before is kept
+        finally:
+            f.close()
     return LogContents(meta, exchanges(), path)
 
 

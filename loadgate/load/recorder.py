@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgate.engine.adapters.base import Decoded
+from loadgate.errors import ResultsNotWritten
 from loadgate.load.exchanges import Exchange, ExchangeLog
 from loadgate.load.exchanges import read as read_log
 from loadgate.load.plan import PlannedRequest
@@ -80,12 +81,18 @@ class Recorder:
         short), then remove the log. `trust_wakes`: the host held the machine little enough that
         quiet turns' wakes are timed (`loadgate.load.target.finish_socket`)."""
         self.log.close()
-        contents = read_log(self.log.path)
-        if contents is not None:
-            for x in contents.exchanges:
-                d = decode(self.t.adapter, self.t.spec.stream, x.raw, self.t.spec.max_event_bytes,
-                           trust_wakes=trust_wakes)
-                self.writer.write(exchange_record(x, d, self.overhead))
+        try:
+            contents = read_log(self.log.path)
+        except OSError as e:
+            contents, why = None, e.strerror or str(e)
+        else:
+            why = "not an exchange log"
+        if contents is None:  # kept for `report`, which says what it could read
+            raise ResultsNotWritten(f"{self.log.path}: cannot read the phase's exchanges back: {why}")
+        for x in contents.exchanges:
+            d = decode(self.t.adapter, self.t.spec.stream, x.raw, self.t.spec.max_event_bytes,
+                       trust_wakes=trust_wakes)
+            self.writer.write(exchange_record(x, d, self.overhead))
         with contextlib.suppress(OSError):
             self.log.path.unlink()
 
@@ -105,7 +112,10 @@ def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
     paths = sorted((run_dir / "exchanges").glob("*.lgx")) if (run_dir / "exchanges").is_dir() else []
     read_paths = []
     for path in paths:
-        contents = read_log(path)
+        try:
+            contents = read_log(path)
+        except OSError:
+            continue
         if contents is None:
             continue
         read_paths.append(path)

@@ -116,11 +116,14 @@ class SSEFramer:
         return self.events
 
 
-def frame_sse(reads: list[tuple[int, bytes]], max_event_bytes: int = DEFAULT_MAX_EVENT
-              ) -> tuple[list[SSEEvent], bool]:
+def frame_sse(reads: list[tuple[int, bytes]], max_event_bytes: int = DEFAULT_MAX_EVENT,
+              cut: set[int] | None = None) -> tuple[list[SSEEvent], bool]:
     """Frame a whole response given as (t_ns, bytes) reads; returns (events, truncated).
-    EventTooLarge for an event over `max_event_bytes`."""
+    EventTooLarge for an event over `max_event_bytes`. `cut` receives the stamps of reads that
+    ended inside an event (the next event's first bytes came with them)."""
     f = SSEFramer(max_event_bytes)
-    for t, b in reads:
+    for k, (t, b) in enumerate(reads):
         f.feed(b, t)
+        if cut is not None and (f._partial or f._data) and (k + 1 == len(reads) or reads[k + 1][0] != t):
+            cut.add(t)
     return f.close(), f.truncated

@@ -9,7 +9,6 @@ HTTP framing, SSE framing and JSON decoding happen after the request has ended.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
@@ -291,26 +290,16 @@ def early_bounds(raw: Raw, chunk_stamps: list[int]) -> tuple[list[int], list[int
     return out, busy
 
 
-def _trailing(adapter: EngineAdapter, events: list[SSEEvent], d: Decoded) -> set[int]:
-    """The stamps of reads whose last event carried no tokens though the read carried some: there,
-    the stamp may be that event's arrival, later than the tokens'. Only reads with more events than
-    chunks are looked at, by decoding their last event alone."""
-    events_at = Counter(e.t_ns for e in events)
-    chunks_at = Counter(c.t_ns for c in d.chunks)
-    last = {e.t_ns: e.data for e in events}
-    out = set()
-    for t, k in chunks_at.items():
-        if events_at[t] > k:
-            if last[t] == b"[DONE]":
-                out.add(t)
-                continue
-            try:
-                alone = adapter.decode_stream([(t, last[t])]).chunks
-            except (AttributeError, TypeError, KeyError, IndexError, ValueError):
-                alone = []
-            if not alone:
-                out.add(t)
-    return out
+def _trailing(events: list[SSEEvent], chunk_events: list[int], cut: set[int]) -> set[int]:
+    """The stamps of reads that went on after their last chunk: their last event carried no tokens
+    (a usage or finish event, `[DONE]`: `chunk_events` holds the index of each chunk's event), or
+    they ended inside the next event (`cut`). There the stamp may be that later data's arrival."""
+    last: dict[int, int] = {}
+    for k, e in enumerate(events):
+        last[e.t_ns] = k
+    with_chunks = set(chunk_events)
+    chunk_stamps = {events[k].t_ns for k in with_chunks}
+    return {t for t in chunk_stamps if t in cut or last[t] not in with_chunks}
 
 
 def decode(adapter: EngineAdapter, stream: bool, raw: Raw, max_event_bytes: int = DEFAULT_MAX_EVENT,
@@ -322,9 +311,14 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw, max_event_bytes: int 
         return Decoded(error=ErrorInfo("http_status", f"HTTP {raw.status}: {body[:200].decode('utf-8', 'replace')}"))
     try:
         if stream:
-            events, truncated = frame_sse(raw.reads, max_event_bytes)
-            d = adapter.decode_stream([(e.t_ns, e.data) for e in events])
-            raw.trailing = _trailing(adapter, events, d)
+            cut: set[int] = set()
+            events, truncated = frame_sse(raw.reads, max_event_bytes, cut)
+            # decoded with each event's index for its time, so each chunk says which event it came from
+            d = adapter.decode_stream([(k, e.data) for k, e in enumerate(events)])
+            chunk_events = [c.t_ns for c in d.chunks]
+            for c in d.chunks:
+                c.t_ns = events[c.t_ns].t_ns
+            raw.trailing = _trailing(events, chunk_events, cut)
             if d.error is None and raw.error is None and truncated:
                 d.error = ErrorInfo("malformed", "stream ended inside an event")
         else:

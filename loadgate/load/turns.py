@@ -19,12 +19,12 @@ Two kinds of turn, two floors:
   moved later by `touch` past task work that runs after it) is a floor for everything read now; and
   so is the floor of the last quiet turn, since everything read after it arrived after that turn's
   poll began to sleep.
-- **quiet** (the turn woke from an idle poll): the thread left the CPU since the marker (its
-  count of times scheduled in moved, from the same schedstat read as its run-queue wait; a clock
-  gap is no proof, since a hypervisor's steal time is in no clock of the guest; a preemption moves
-  the count too, and then the run-queue wait covers the time off the CPU, so the floor stays at
-  the marker), and the process has no other thread that could have held the interpreter lock (a
-  thread waiting for the lock sleeps too; see `no_other_threads`). It sleeps only in the poll, and a level-triggered poll sleeps only while
+- **quiet** (the turn woke from an idle poll): the thread slept since the marker (its count of
+  times scheduled in moved, from the schedstat read that gives its run-queue wait, and so did its
+  count of voluntary switches: a preemption moves the first alone, and a poll that did not sleep
+  gives no floor at the marker; a clock gap is no proof, since a hypervisor's steal time is in no
+  clock of the guest), and the process has no other thread that could have held the interpreter
+  lock (a thread waiting for the lock sleeps too; see `no_other_threads`). It sleeps only in the poll, and a level-triggered poll sleeps only while
   no socket has data, so once the first byte read in this turn had arrived the thread did not sleep
   again: until the wake it ran (its CPU time) or waited for a CPU (its run-queue delay,
   `/proc/thread-self/schedstat`). So everything read in this turn arrived after the wake less that
@@ -58,6 +58,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from resource import RUSAGE_THREAD, getrusage
 from time import perf_counter_ns, thread_time_ns
 
 QUIET_MIN_NS = 20_000  # a turn this soon after the last marker did not wake from a sleep worth telling apart
@@ -151,7 +152,7 @@ class LoopTurns:
     from task code."""
 
     __slots__ = ("current", "pending", "loop", "exact", "marker", "ended", "ended_before", "marker_cpu",
-                 "marker_rd", "marker_sleeps", "run_delay", "last_quiet")
+                 "marker_rd", "marker_sleeps", "marker_pcount", "run_delay", "last_quiet")
 
     def __init__(self) -> None:
         self.current: Turn | None = None
@@ -159,6 +160,7 @@ class LoopTurns:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.exact = False
         self.marker = self.ended = self.ended_before = self.marker_cpu = self.marker_rd = self.marker_sleeps = 0
+        self.marker_pcount = 0
         self.run_delay: Callable[[], tuple[int, int]] | None = None
         self.last_quiet: Turn | None = None
 
@@ -174,10 +176,13 @@ class LoopTurns:
         turn: Turn
         quiet, busy = False, 0
         if rd is not None and self.marker and begin_ns - self.ended > QUIET_MIN_NS:
-            # It left the CPU since the marker (slept in the poll, as no other thread could have
-            # held the interpreter lock; or was preempted, and then its run-queue wait covers that).
+            # It slept since the marker, in the poll: it left the CPU (its count of times scheduled
+            # in moved), and of its own accord (a preemption moves that count too, and then the poll
+            # may not have slept at all: the marker is no floor), with no other thread that could
+            # have held the interpreter lock.
             waited, switches = rd()
-            if switches > self.marker_sleeps and no_other_threads():
+            if (switches > self.marker_pcount and getrusage(RUSAGE_THREAD).ru_nvcsw > self.marker_sleeps
+                    and no_other_threads()):
                 busy = (thread_time_ns() - self.marker_cpu) + (waited - self.marker_rd)
                 quiet = True
         if quiet:
@@ -199,7 +204,7 @@ class LoopTurns:
         """Called after anything in the loop's thread that may sleep outside the poll (a lock shared
         with other processes, a file write): that sleep is no proof of an idle poll."""
         if self.run_delay is not None:
-            self.marker_sleeps = self.run_delay()[1]
+            self.marker_sleeps = getrusage(RUSAGE_THREAD).ru_nvcsw
 
     def _turn_over(self) -> None:
         self.pending = False
@@ -207,8 +212,8 @@ class LoopTurns:
         self.ended_before, self.ended, self.marker = self.ended, now, now
         if self.run_delay is not None:
             # thread_time_ns, not the schedstat file's CPU time: that leaves out the running slice
-            self.marker_cpu = thread_time_ns()
-            self.marker_rd, self.marker_sleeps = self.run_delay()
+            self.marker_cpu, self.marker_sleeps = thread_time_ns(), getrusage(RUSAGE_THREAD).ru_nvcsw
+            self.marker_rd, self.marker_pcount = self.run_delay()
 
 
 LOOP_TURNS = LoopTurns()
