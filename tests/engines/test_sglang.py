@@ -545,8 +545,8 @@ def test_float16_moves_logprobs_by_thousandths_and_diverges_only_at_a_near_tie(
     """float16 keeps the ids of most cases and moves their logprobs by a few thousandths of a nat
     (`equivalent`: a bit-exact failure on values only); where the baseline's top-2 gap was ~0.001
     nats it can pick the other token (a `near-tie divergence`), so token-exact fails there and a
-    near-tie-tolerant contract with a gap of 0.002 nats passes. First divergences match plain
-    requests."""
+    near-tie-tolerant contract passes with a gap of twice the largest move float16 made (at least
+    0.002 nats). First divergences match plain requests."""
     bit = check_candidate("f16", "bit-exact", servers, baseline, profile_for, work)
     srv = servers.get("f16")
     expected = plain_differences(srv, baseline)
@@ -561,13 +561,18 @@ def test_float16_moves_logprobs_by_thousandths_and_diverges_only_at_a_near_tie(
     by_case = {n["case"]: n for n in ex["non_identical"]}
     for c in moved:  # ids kept, logprobs moved: `equivalent`, a bit-exact failure on logprob values only
         assert by_case[c]["verdict"] == "equivalent" and not by_case[c]["passed"] and by_case[c]["max_ulp"] > 0
-    assert max(expected[c]["max_abs"] for c in same) <= 0.01
+    moved_by = max(expected[c]["max_abs"] for c in same)
+    assert moved_by <= 0.01
+    # Two candidates can swap only where float16 moved their logprobs by more than their gap: at most
+    # twice the largest move it made (0.002 nats here once; a fresh SGLang venv on another CPU moved
+    # them further, and one case diverged at a gap of 0.0035)
+    tie = max(0.002, 2 * moved_by)
     for n in ex["non_identical"]:
         if n["first_divergence"] is not None:
-            assert n["verdict"] == "near-tie divergence" and n["baseline_top2_gap"] <= 0.002, n
+            assert n["verdict"] == "near-tie divergence" and n["baseline_top2_gap"] <= tie, (n, tie)
     token = check_candidate("f16", "token-exact", servers, baseline, profile_for, work)
     assert (token["code"] == 0) == (not diverging), token["out"]
-    near = check_candidate("f16", "near-tie-tolerant", servers, baseline, profile_for, work, gap=0.002)
+    near = check_candidate("f16", "near-tie-tolerant", servers, baseline, profile_for, work, gap=tie)
     assert near["code"] == 0, near["out"]
     note(engine_logs, test="f16", first_divergences=diverging, same_ids=len(same), cases=len(expected),
          gaps={n["case"]: n["baseline_top2_gap"] for n in ex["non_identical"] if n["first_divergence"] is not None},
