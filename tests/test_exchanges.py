@@ -82,3 +82,24 @@ def test_a_cut_log_keeps_its_whole_frames(tmp_path):
     (tmp_path / "c.lgx").write_bytes(data[:-frame // 2])  # the last frame cut in half
     contents = read_log(tmp_path / "c.lgx")
     assert contents is not None and [x.i for x in contents.exchanges] == [0, 1, 2, 3]
+
+
+def test_logs_from_elsewhere_are_skipped_by_recover_not_a_traceback(tmp_path):
+    """A log whose first frame is not this format's object, or names an API loadgate does not know,
+    is left unread by `recover` (report then says what it could read); a good one beside it is read."""
+    from loadgate.load.exchanges import HEAD, MAGIC
+    from loadgate.load.recorder import recover
+
+    logs = tmp_path / "exchanges"
+    logs.mkdir()
+    h = b"[1, 2]"
+    (logs / "a.lgx").write_bytes(HEAD.pack(MAGIC, len(h), 0) + h)
+    bad = ExchangeLog(logs / "b.lgx", {"api": "no-such-api", "stream": True, "max_event_bytes": 1 << 20})
+    bad.add(Exchange(0, False, 8, 2, 0, 4, 0, None, _aiohttp_raw()))
+    bad.close()
+    good = ExchangeLog(logs / "c.lgx", {"api": "openai-completions", "stream": True, "max_event_bytes": 1 << 20,
+                                        "prompt_overhead": 0})
+    good.add(Exchange(7, False, 8, 3, 0, 4, 0, None, _aiohttp_raw()))
+    good.close()
+    records, read = recover(tmp_path)
+    assert [r.i for r in records] == [7] and read == [logs / "c.lgx"]

@@ -212,7 +212,7 @@ def read(path: Path) -> LogContents | None:
     f = open(path, "rb")  # noqa: SIM115 - closed when its exchanges are exhausted
     frames = _frames(f)
     first = next(frames, None)
-    if first is None or first[0].get("format") != FORMAT:
+    if first is None or not isinstance(first[0], dict) or first[0].get("format") != FORMAT:
         f.close()
         return None
     meta = first[0]

@@ -118,10 +118,13 @@ def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
             continue
         if contents is None:
             continue
-        read_paths.append(path)
         m = contents.meta
-        adapter = adapter_for(m["api"])
+        try:  # a header from elsewhere (another version, a damaged file): that log is not read
+            adapter, stream, max_event = adapter_for(str(m["api"])), bool(m["stream"]), int(m["max_event_bytes"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        read_paths.append(path)
         for x in contents.exchanges:
-            d = decode(adapter, bool(m["stream"]), x.raw, int(m["max_event_bytes"]), trust_wakes=False)
+            d = decode(adapter, stream, x.raw, max_event, trust_wakes=False)
             out.append(exchange_record(x, d, m.get("prompt_overhead")))
     return out, read_paths
