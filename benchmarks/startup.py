@@ -20,6 +20,8 @@ with PYTHONDONTWRITEBYTECODE set (this sandbox) would otherwise compile them on 
 
     python benchmarks/startup.py                 # 20 rounds of --help, 10 of the first request
     python benchmarks/startup.py --help-runs 20 --run-runs 5
+    python benchmarks/startup.py --against /tmp/old-checkout   # also time another checkout, interleaved
+                                                               # (both as `python -m loadgate`)
 """
 
 from __future__ import annotations
@@ -49,7 +51,14 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     return time.perf_counter() - t
 
 
-def first_request(tmp: Path, k: int) -> tuple[float, float]:
+def checkout_cmd(root: Path) -> tuple[list[str], dict[str, str]]:
+    """`python -m loadgate` importing the package of that checkout (PYTHONPATH comes before the
+    editable install's finder)."""
+    return [sys.executable, "-m", "loadgate"], {**os.environ, "PYTHONPATH": str(root)}
+
+
+def first_request(tmp: Path, k: int, cmd: list[str] | None = None,
+                  env0: dict[str, str] | None = None) -> tuple[float, float]:
     """Seconds from starting `loadgate run` on the quickstart to its first request of any route,
     and to its first generation request."""
     doc = yaml.safe_load((ROOT / "profiles" / "quickstart.yaml").read_text())
@@ -58,9 +67,9 @@ def first_request(tmp: Path, k: int) -> tuple[float, float]:
     doc["exactness"]["corpus"] = str(ROOT / "workloads" / "reference.jsonl")
     p = tmp / f"q{k}.yaml"
     p.write_text(yaml.safe_dump(doc))
-    env = {**os.environ, "LOADGATE_SIM_TRUTH_LOG": str(tmp / f"truth{k}-{{pid}}.jsonl")}
+    env = {**(env0 or os.environ), "LOADGATE_SIM_TRUTH_LOG": str(tmp / f"truth{k}-{{pid}}.jsonl")}
     t0 = time.perf_counter_ns()
-    subprocess.run([*LOADGATE, "run", "-q", str(p)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    subprocess.run([*(cmd or LOADGATE), "run", "-q", str(p)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                    env=env)  # its exit code is not the point here (the truth log is)
     firsts = [int(p.read_text()) for p in tmp.glob(f"truth{k}-*.jsonl.first") if p.read_text() != "None"]
     arrivals = [json.loads(line)["arrival_ns"] for p in tmp.glob(f"truth{k}-*.jsonl")
@@ -76,10 +85,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--help-runs", type=int, default=20)
     ap.add_argument("--run-runs", type=int, default=10)
+    ap.add_argument("--against", type=Path, help="another checkout whose first request is timed too, interleaved")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     compileall.compile_dir(str(ROOT / "loadgate"), quiet=1)
     bare, helps, firsts, gens = [], [], [], []
+    mine: list[float] = []
+    other: list[float] = []
+    if a.against:
+        compileall.compile_dir(str(a.against / "loadgate"), quiet=1)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         timed([*LOADGATE, "--help"])  # warm the file cache and bytecode once
@@ -91,10 +105,20 @@ def main() -> None:
                 first, gen = first_request(tmp, k)
                 firsts.append(first)
                 gens.append(gen)
+                if a.against:  # the two checkouts as `python -m loadgate`, in alternating order
+                    pair = [(ROOT, mine), (a.against, other)]
+                    for root, out in pair if k % 2 else pair[::-1]:
+                        out.append(first_request(tmp, 1000 + 2 * k + (out is other), *checkout_cmd(root))[0])
     show("python -c pass", bare)
     show("loadgate --help", helps)
     show("first request", firsts)
     show("first generation", gens)
+    if a.against:
+        print(f"interleaved, both as `python -m loadgate`: first request, this checkout vs {a.against}")
+        show("this checkout", mine)
+        show("other checkout", other)
+        ratios = [x / y for x, y in zip(mine, other, strict=True)]
+        print(f"  ratio this/other: median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
 
 
 if __name__ == "__main__":

@@ -1,3 +1,3 @@
-from loadgate.cli import entry
+from loadgate.entry import main
 
-entry()
+main()

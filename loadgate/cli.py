@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import traceback
 from collections.abc import Sequence
 
@@ -181,13 +180,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                    + ("" if os.environ.get("LOADGATE_DEBUG") else " (set LOADGATE_DEBUG=1 for the traceback)"), err=True)
         return 1
     return 0
-
-
-def entry() -> None:
-    """The `loadgate` command: `main`, then exit at once. Everything is written and closed by then
-    (records, summary, verdict; the simulator and workers stopped), so the interpreter's teardown
-    (100-150 ms with numpy and scipy loaded, on the 2-core machine) is skipped."""
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -162,11 +162,12 @@ def run(profile: str, *, quiet: bool, unverified: bool, html: bool = False) -> N
     try:
         from loadgate import runs
         from loadgate.config.profile import load_profile
-        from loadgate.report.views import render_judgement
 
         result = runs.run(load_profile(profile), unverified=unverified, say=say, progress=progress_bar(not quiet))
     finally:
         stop_prestarted()
+    from loadgate.report.views import render_judgement
+
     j, d = result.judgement, result.run_dir
     say(render_judgement(d, j, "table", exactness=False))
     if j.comparisons is not None:

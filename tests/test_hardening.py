@@ -401,6 +401,16 @@ def test_a_full_tmpfs_gives_exit_4_and_no_half_line(tmp_path, capsys):
         subprocess.run(["umount", str(mnt)], check=False)
 
 
+def _gone(proc: psutil.Process, within: float = 30.0) -> bool:
+    try:
+        proc.wait(within)
+        return True
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.TimeoutExpired:
+        return False
+
+
 def test_a_sigkill_mid_phase_keeps_all_but_the_last_batch_and_report_says_incomplete(tmp_path, capsys):
     """SIGKILL (no handler runs) in the middle of a 3,000-request phase: every request the
     simulator had finished more than a batch's age before the kill is in the folder (its exchange
@@ -408,17 +418,22 @@ def test_a_sigkill_mid_phase_keeps_all_but_the_last_batch_and_report_says_incomp
     from loadgate.load.exchanges import BATCH_S
     from loadgate.load.recorder import recover
 
-    p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path)))
+    truth_file = tmp_path / "truth-{pid}.jsonl"  # the simulator writes its truth there when it stops
+    p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path)),
+                      env={"LOADGATE_SIM_TRUTH_LOG": str(truth_file)})
     me = psutil.Process(p.pid)
     children: list[psutil.Process] = []
     try:
-        url = until_served(tmp_path / "out" / "r", 150)
+        until_served(tmp_path / "out" / "r", 150)
         children = me.children(recursive=True)
         kill_ns = time.perf_counter_ns()
         p.kill()
         p.wait(30)
-        with urllib.request.urlopen(url + "/sim/truth", timeout=10) as r:
-            truth = [orjson.loads(line) for line in r.read().splitlines() if line]
+        # the simulator outlives no command that started it: it stops on its own (and writes its truth)
+        assert all(_gone(c) for c in children), "a child outlived the SIGKILLed command"
+        logs = list(tmp_path.glob("truth-*.jsonl"))
+        assert len(logs) == 1, logs
+        truth = [orjson.loads(line) for line in logs[0].read_bytes().splitlines() if line]
     finally:
         if p.poll() is None:
             p.kill()

@@ -37,3 +37,24 @@ def test_the_lazy_sim_command_is_described_as_it_describes_itself():
     from loadgate.sim.cli import sim
 
     assert type(cli).LAZY["sim"][2] == sim.get_short_help_str(limit=1000)
+
+
+def test_the_stages_a_run_needs_before_its_first_request_load_no_numeric_library():
+    """The profile, the run's orchestration and the engine connection: numpy, tabulate and the
+    Prometheus parser are imported where figures, tables and metrics are computed (after the check
+    has begun), not before the first request."""
+    got = imported_after("import loadgate.cli, loadgate.runs, loadgate.config.profile, loadgate.engine.connect",
+                         ("numpy", "scipy", "tabulate", "prometheus_client", "jsonschema"))
+    assert got == []
+
+
+def test_the_entry_point_starts_the_embedded_engine_before_it_imports_click():
+    code = ("import sys; sys.argv = ['loadgate', 'run', 'profiles/quickstart.yaml', '--help']; "
+            "import loadgate.sim.early as e; e.spawn_for_argv(['run', 'profiles/quickstart.yaml']); "
+            "print(len(e.EARLY), 'click' in sys.modules, file=sys.stderr); e.stop_all()")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    assert err.strip().splitlines()[-1] == "1 False"
+
+
+def test_the_early_childs_path_imports_neither_the_client_nor_the_command_line():
+    assert imported_after("import loadgate.sim.serve, loadgate.sim.server", CLIENT + ("click", "loadgate.sim.cli")) == []

@@ -32,8 +32,9 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("loadgate.runs",),
     ("loadgate.commands", "loadgate.cli", "loadgate", "loadgate.__main__"),
 )
-COMMAND_LAYER = {"loadgate.cli", "loadgate.commands", "loadgate.sim.cli"}
-SIM_IMPORTERS = {"loadgate.engine.connect", "loadgate.cli", "loadgate.commands"}  # commands: the early start
+COMMAND_LAYER = {"loadgate.entry", "loadgate.cli", "loadgate.commands", "loadgate.sim.cli",
+                 "loadgate.sim.serve"}  # serve: the early child's command line, which has no click
+SIM_IMPORTERS = {"loadgate.engine.connect", "loadgate.entry", "loadgate.cli", "loadgate.commands"}  # entry, commands: the early start
 
 
 def modules() -> dict[str, Path]:

@@ -9,12 +9,13 @@ is reported as None ("n/a"), never 0.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from loadgate.analysis.figures import ADJUSTED, distributions
 from loadgate.records import Record
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 _BIG = 1e300  # stands for +inf inside interpolation; mapped back to inf afterwards
@@ -23,6 +24,8 @@ _BIG = 1e300  # stands for +inf inside interpolation; mapped back to inf afterwa
 def stats(samples: Iterable[float] | np.ndarray) -> dict[str, float | int | None]:
     """count, p50 … p99.9, mean, std, min, max; None for each figure when there are no samples.
     +inf samples (failed requests) are allowed: percentiles above their rank come out +inf."""
+    import numpy as np
+
     x = np.asarray(samples if isinstance(samples, np.ndarray) else list(samples), dtype=np.float64)
     out: dict[str, float | int | None] = {"count": int(x.size)}
     if x.size == 0:
@@ -83,6 +86,8 @@ def throughput(records: list[Record]) -> dict[str, float | None]:
 
 def lag_percentiles(x: np.ndarray) -> dict[str, float | None]:
     """p50, p99, max and the sample count of a lag series (milliseconds); None without samples."""
+    import numpy as np
+
     if x.size == 0:
         return {"p50": None, "p99": None, "max": None, "samples": 0}
     p50, p99 = np.percentile(x, [50, 99])

@@ -46,8 +46,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, NoReturn, Protocol
 
-from tabulate import tabulate
-
 from loadgate.analysis import figures
 from loadgate.analysis.metrics import PERCENTILES
 from loadgate.errors import UsageError
@@ -447,6 +445,8 @@ def render(outcomes: Sequence[Outcome]) -> str:
     if not rows:
         return "thresholds: none"
     passed = sum(o.passed for o in outcomes)
+    from tabulate import tabulate
+
     table = tabulate(rows, headers=["threshold", "measured", "limit", "result"], tablefmt="simple",
                      disable_numparse=True, colalign=("left", "right", "right", "left"))
     return f"{table}\nthresholds: {passed} passed, {len(outcomes) - passed} failed"

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from loadgate.engine.http import MAX_JSON_BYTES, read_bounded
 from loadgate.errors import EngineError
@@ -48,6 +47,8 @@ class Snapshot:
 def parse_metrics(text: str) -> Snapshot:
     """Parse Prometheus text exposition into a Snapshot (counter samples keep their `_total`).
     A NaN sample (SGLang's `sglang:fwd_occupancy` on CPU) says nothing and is left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     values: dict[tuple[str, LabelKey], float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:

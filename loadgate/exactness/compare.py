@@ -19,10 +19,13 @@ adjacent floats differ by 1 and +0.0 / -0.0 by 1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-NULL_ULP = np.iinfo(np.int64).max  # distance between a real value and a null (non-finite)
+
+NULL_ULP = 2**63 - 1  # distance between a real value and a null (non-finite)
 
 
 @dataclass(frozen=True)
@@ -55,16 +58,22 @@ class Comparison:
 
 def f32_ordered(values: np.ndarray) -> np.ndarray:
     """float64 array of float32-representable values -> int64 keys ordered like the values."""
+    import numpy as np
+
     bits = values.astype(np.float32).view(np.int32).astype(np.int64)
     return np.where(bits < 0, np.int64(-(2**31)) - bits - 1, bits)
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     return np.abs(f32_ordered(a) - f32_ordered(b))
 
 
 def top2_gap(top: tuple[tuple[int, float | None], ...] | None) -> float | None:
     """Baseline top-1 minus top-2 logprob (>= 0), or None when fewer than two real values."""
+    import numpy as np
+
     if not top or len(top) < 2 or top[0][1] is None or top[1][1] is None:
         return None
     return float(np.float32(top[0][1])) - float(np.float32(top[1][1]))
@@ -72,11 +81,15 @@ def top2_gap(top: tuple[tuple[int, float | None], ...] | None) -> float | None:
 
 def _lp_array(lps: tuple[float | None, ...], n: int) -> tuple[np.ndarray, np.ndarray]:
     """(values with NaN for null, is_null mask) for the first n positions."""
+    import numpy as np
+
     vals = np.fromiter((np.nan if v is None else v for v in lps[:n]), dtype=np.float64, count=min(n, len(lps)))
     return vals, np.isnan(vals)
 
 
 def compare(base: SeqOutput, cand: SeqOutput) -> Comparison:
+    import numpy as np
+
     nb, nc = len(base.ids), len(cand.ids)
     n = min(nb, nc)
     a = np.asarray(base.ids[:n], dtype=np.int64)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from tabulate import tabulate
 
 from loadgate.exactness.check import RETRIES, CheckResult, lost_requests
 from loadgate.exactness.drift import TABLE_HEADERS, table_rows, totals_line
@@ -142,6 +141,8 @@ def _cache_note(scenario: dict[str, Any]) -> str:
 
 def render(j: dict[str, Any], *, header: str = "") -> str:
     """Human-readable report from `result_json` output (so old runs render the same)."""
+    from tabulate import tabulate
+
     lines = [header] if header else []
     lost = j.get("not_established") or []
     state = "PASSED" if j["passed"] else "FAILED" if j["reasons"] or not lost else "NOT ESTABLISHED"

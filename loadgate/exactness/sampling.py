@@ -45,9 +45,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 MIN_EXPECTED = 5.0
 POWER = 0.8
@@ -78,6 +80,8 @@ def pooled_table(base: Counter[str], cand: Counter[str]) -> tuple[list[str], np.
     """The 2 x K table of the categories both sides can support: a category whose expected count
     (under equal distributions) is below MIN_EXPECTED joins "other"; "other" itself, if too small,
     joins the largest category."""
+    import numpy as np
+
     n1, n2 = sum(base.values()), sum(cand.values())
     total = n1 + n2
     keep, other = [], [0, 0]
@@ -115,6 +119,8 @@ def detectable_tv(n1: int, n2: int, df: int, level: float, power: float = POWER,
     """The smallest total-variation distance a chi-square test of homogeneity with these sample
     sizes detects with probability >= `power` at `level`: for a difference of any shape with `r`
     4, for a shape whose noncentrality per unit of TV squared is `r` otherwise (module docstring)."""
+    import numpy as np
+
     if df < 1 or n1 == 0 or n2 == 0:
         return 1.0
     n_eff = n1 * n2 / (n1 + n2)
@@ -127,6 +133,8 @@ def shift_ratio(categories: Sequence[str], probs: Sequence[float], tv: float = 0
     pooled ones stand alone and take no part). The test's pooled proportions lie halfway between
     the two sides, so r is taken there (`tv` 0: at `probs` themselves). 4.0 (the any-shape bound)
     where no block has two categories."""
+    import numpy as np
+
     blocks: dict[str, list[int]] = {}
     p = np.asarray(probs, dtype=float)
     for k, cat in enumerate(categories):
@@ -162,6 +170,8 @@ def detectable_shift_tv(categories: Sequence[str], probs: Sequence[float], n1: i
 
 def shift_reach(categories: Sequence[str], probs: Sequence[float]) -> float:
     """The largest TV a shift toward the likeliest tokens can make (every block on its top)."""
+    import numpy as np
+
     p = np.asarray(probs, dtype=float)
     blocks: dict[str, list[float]] = {}
     for k, cat in enumerate(categories):
@@ -174,12 +184,16 @@ def shift_reach(categories: Sequence[str], probs: Sequence[float]) -> float:
 def samples_needed(tv: float, df: int, level: float, r: float = 4.0, power: float = POWER) -> int:
     """Samples a side (equal sides) for a test at `level` to detect `tv` with probability `power`
     (`r`: the difference's shape, `shift_ratio`; 4 for any shape)."""
+    import numpy as np
+
     return int(np.ceil(2.0 * noncentrality(df, level, power) / (r * tv * tv)))
 
 
 def prefix_test(case: str, base: Sequence[str], cand: Sequence[str], level: float,
                 verify_share: float | None) -> PrefixTest:
     """The chi-square test of one prefix's samples (category labels), power at `level`."""
+    import numpy as np
+
     cats, table = pooled_table(Counter(base), Counter(cand))
     n1, n2 = int(table[0].sum()), int(table[1].sum())
     if table.shape[1] < 2:  # one category on both sides: nothing differs, nothing to test

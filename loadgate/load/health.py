@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from time import perf_counter, perf_counter_ns
 from typing import Any
 
-import numpy as np
-
 from loadgate.analysis.metrics import lag_percentiles
 
 STEAL_TRUSTED = 0.02  # the host took at most this share of the machine's CPU time: a quiet loop turn's wake is timed
@@ -93,6 +91,8 @@ class HealthMonitor:
         self._task = asyncio.get_running_loop().create_task(self._lag_loop())
 
     async def stop(self) -> dict[str, Any]:
+        import numpy as np
+
         if self._gc_cb in gc.callbacks:
             gc.callbacks.remove(self._gc_cb)
         if self._task is not None:

@@ -18,15 +18,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
-import numpy as np
 import orjson
 
 from loadgate.config.profile import Load, Profile, Workload
 from loadgate.engine.adapters import CHAT_APIS
 from loadgate.errors import UsageError
 from loadgate.load.workload.lengths import draw_lengths
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _WARMUP_SEED_SALT = 0x5EED_0001
 _MEASURED_SALT = 0x5EED_0000
@@ -123,6 +125,8 @@ class _TraceRequests:
         return obj
 
     def get(self, k: int) -> dict[str, Any]:
+        import numpy as np
+
         with open(self.path, "rb") as f:
             f.seek(self.offsets[k % len(self.offsets)])
             obj = self._parse(f.readline(), str(self.path))
@@ -147,6 +151,8 @@ class _Requests:
 
     def __init__(self, w: Workload, n: int, seed: int, salt: int, pool: np.ndarray, base_dir: Path,
                  key: tuple[int, ...] = ()) -> None:
+        import numpy as np
+
         rng = np.random.default_rng([seed, salt])
         self.isl = draw_lengths(w.input_len, n, rng, base_dir)
         self.osl = draw_lengths(w.output_len, n, rng, base_dir)
@@ -161,6 +167,8 @@ class _Requests:
         return len(self.isl)
 
     def prompt(self, k: int) -> tuple[int, ...]:
+        import numpy as np
+
         length = int(self.isl[k])
         rng = np.random.default_rng([self.seed, self.salt, k] if not self.key else
                                     [self.seed, self.salt, 0xCAC4E, *self.key, k])
@@ -179,6 +187,8 @@ def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int
     mean 1/rate (shape < 1 is burstier than Poisson); constant: gaps of exactly 1/rate.
     The first request starts at offset 0.
     """
+    import numpy as np
+
     assert load.rate is not None
     mean = 1.0 / load.rate
     if load.arrival == "constant":
@@ -194,6 +204,8 @@ def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int
 def trace_of(profile: Profile, pool: np.ndarray | None = None) -> _TraceRequests:
     """The profile's trace, every line checked (without a pool: only checked, as by `validate`).
     Token ids cannot go to a chat API, which takes text: such a trace is refused here."""
+    import numpy as np
+
     w = profile.workload
     assert w.trace is not None
     t = _TraceRequests(profile.resolve(w.trace), w.requests, profile.seed,
@@ -209,6 +221,8 @@ class Plan(Sequence[PlannedRequest]):
     `plan[i]` builds request i on demand, identically every time."""
 
     def __init__(self, profile: Profile, token_pool: Sequence[int], round_: int = 0) -> None:
+        import numpy as np
+
         pool = np.asarray(token_pool, dtype=np.int64)
         self.round = round_ if profile.workload.cache == "fresh" else 0
         salt = profile.workload.prompt_salt if profile.workload.cache == "fresh" else None

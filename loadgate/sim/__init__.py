@@ -11,5 +11,6 @@ Public entry points (import them from their modules; this package imports nothin
   loadgate.sim.speculative / divergence / faults: the definitions those knobs follow
 Module map: vocab, tokenizer, chat (template), model, hashing; sequence, engine, speculative,
 divergence, metrics; params (request parsing), openai_format, sglang_format, errors; serving
-(the shared request path), routes, server, process, settings, cli.
+(the shared request path), routes, server, process, settings, cli; early (the child a `loadgate
+run` starts before it imports anything) and serve (serving until stopped, without the command line).
 """

@@ -11,14 +11,8 @@ SIGINT or SIGTERM stop it cleanly.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
-import os
-import signal
 import sys
 import typing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +21,7 @@ import click
 from loadgate.config.simconfig import SimConfig
 from loadgate.config.typed_yaml import parse_yaml
 from loadgate.errors import ProfileError, UsageError
-from loadgate.sim.process import READY_LINE
+from loadgate.sim.serve import run_server, serve_profile
 from loadgate.sim.settings import KnobField, config_from_mapping, knob_fields
 
 
@@ -92,51 +86,6 @@ def build_config(config_file: str | None, overrides: dict[str, Any]) -> SimConfi
     return config_from_mapping(data, file=file, lines=lines)
 
 
-TRUTH_LOG_ENV = "LOADGATE_SIM_TRUTH_LOG"  # a file to write the truth log to when the server stops
-
-
-async def serve(cfg: SimConfig, host: str, port: int, on_ready: Callable[[str], None]) -> None:
-    """Serve until SIGINT/SIGTERM; `on_ready(url)` is called once listening. With the environment
-    variable LOADGATE_SIM_TRUTH_LOG set, the truth log (`loadgate.sim.truth`, JSON lines) is written
-    to that file when it stops (the embedded engine of a `loadgate run` too: it inherits the
-    variable), and beside it, in `<file>.first`, when the first request of any route but /health
-    arrived (perf_counter_ns); `{pid}` in the name becomes the server's process id."""
-    from loadgate.sim.server import running_sim
-
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with running_sim(cfg, host, port) as sim:
-        on_ready(sim.url)
-        await stop.wait()
-        if path := os.environ.get(TRUTH_LOG_ENV):  # for benchmarks of a whole `loadgate run`
-            path = path.replace("{pid}", str(os.getpid()))
-            with contextlib.suppress(OSError):
-                Path(path).write_bytes(sim.truth.jsonl())
-                Path(path + ".first").write_text(str(sim.state.first_request_ns))
-
-
-def _run(cfg: SimConfig, host: str, port: int) -> None:
-    def ready(url: str) -> None:
-        # Everything allocated so far lives as long as the server: keep the collector off it,
-        # so full collections stay short while thousands of streams run.
-        gc.freeze()
-        click.echo(READY_LINE + url)
-        sys.stdout.flush()
-
-    try:
-        import uvloop
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        try:
-            runner.run(serve(cfg, host, port, ready))
-        except OSError as e:  # address in use, unknown host, ...
-            raise UsageError(f"loadgate sim: cannot listen on {host}:{port}: {e.strerror or e}") from None
-
-
 @click.command("sim", context_settings={"max_content_width": 110})
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="port to listen on; 0 = any free port")
@@ -145,8 +94,15 @@ def _run(cfg: SimConfig, host: str, port: int) -> None:
 @click.option("--write-tokenizer", "tokenizer_dir", type=click.Path(file_okay=False),
               help="write the simulator's tokenizer and chat template as a Hugging Face folder (tokenizer.json, "
                    "tokenizer_config.json) and exit; a profile names it in workload.tokenizer")
-def sim(host: str, port: int, config_file: str | None, tokenizer_dir: str | None, **knobs: Any) -> None:
+@click.option("--from-profile", "profile", type=click.Path(dir_okay=False), hidden=True,
+              help="serve the settings of this loadgate profile's target.sim, print them, and stop when stdin "
+                   "ends (how `loadgate run` starts its embedded engine early: loadgate.sim.early)")
+def sim(host: str, port: int, config_file: str | None, tokenizer_dir: str | None, profile: str | None,
+        **knobs: Any) -> None:
     """Serve the simulated LLM engine (vLLM OpenAI routes, SGLang /generate, /metrics)."""
+    if profile is not None:
+        serve_profile(profile, host, port)
+        return
     cfg = build_config(config_file, knobs)
     if tokenizer_dir is not None:
         from loadgate.sim.hf_export import write_hf_tokenizer
@@ -157,7 +113,7 @@ def sim(host: str, port: int, config_file: str | None, tokenizer_dir: str | None
             raise UsageError(f"{tokenizer_dir}: cannot write the tokenizer: {e.strerror or e}") from None
         click.echo(f"wrote the simulator's tokenizer (vocab_size {cfg.vocab_size}) to {folder}")
         return
-    _run(cfg, host, port)
+    run_server(cfg, host, port)
 
 
 for _k in knob_fields():

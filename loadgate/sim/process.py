@@ -27,8 +27,15 @@ import orjson
 
 from loadgate.config.simconfig import SimConfig
 from loadgate.errors import UsageError
-
-READY_LINE = "loadgate sim listening on "  # loadgate.sim.cli prints it
+from loadgate.sim.early import (
+    CONFIG_LINE,
+    EARLY,
+    READY_LINE,
+    child_env,
+    spawn_for_profile,
+    stop_all,
+    stop_child,
+)
 
 
 class SimProcess:
@@ -57,14 +64,12 @@ class SimProcess:
         fd, self._cfg_file = tempfile.mkstemp(prefix="loadgate-sim-", suffix=".yaml")
         with os.fdopen(fd, "wb") as f:
             f.write(orjson.dumps(self.cfg))  # JSON is valid YAML
-        root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         # Its own session: a Ctrl-C in the terminal reaches loadgate, which stops it, and not the
         # simulator itself (which would cut the requests in flight). atexit stops it in any case.
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "loadgate.sim", "--host", self.host, "--port", str(self.port),
-             "--config", self._cfg_file], stdout=subprocess.PIPE, env=env, start_new_session=True)
+             "--config", self._cfg_file], stdout=subprocess.PIPE, bufsize=0, env=child_env(),
+            start_new_session=True)
         atexit.register(self.stop)
         return self
 
@@ -121,15 +126,7 @@ class SimProcess:
         atexit.unregister(self.stop)
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+            stop_child(proc)
         if self._cfg_file:
             Path(self._cfg_file).unlink(missing_ok=True)
             self._cfg_file = None
@@ -161,42 +158,48 @@ class SimProcess:
         self.stop()
 
 
-_PRESTARTED: list[SimProcess] = []
-
-
 def prestart(profile_path: str) -> None:
-    """Spawn the simulator a profile's `endpoint: embedded` will need, before the command imports
-    the client (~0.8 s on the 2-core machine, spent while the child starts too). Reads only the
-    profile's `target` section; anything odd (no such file, bad YAML, another endpoint, settings the
-    simulator refuses) spawns nothing and is left to the profile's own loading to report."""
+    """Start the simulator a profile's `endpoint: embedded` will need while the command imports the
+    client, unless the `loadgate` command already did (`loadgate.sim.early`, which says how)."""
+    spawn_for_profile(profile_path)
+
+
+def take_prestarted(cfg: SimConfig, timeout: float = 30.0) -> SimProcess | None:
+    """A prestarted simulator whose settings are exactly these, handed over (its ready line is read
+    later, by `wait`); one with other settings, or that exited, is stopped."""
+    want = orjson.dumps(cfg)
+    while EARLY:
+        child = EARLY.pop(0)
+        got = _config_line(child.proc, time.monotonic() + timeout)
+        if got is not None and got == want:
+            sim = SimProcess(cfg)
+            sim._proc = child.proc
+            atexit.register(sim.stop)
+            return sim
+        child.stop()
+    return None
+
+
+def _config_line(proc: subprocess.Popen[bytes], deadline: float) -> bytes | None:
+    """The settings a child started with `--from-profile` printed, or None when it exited first."""
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
     try:
-        import yaml
-
-        from loadgate.sim.settings import config_from_mapping
-
-        with open(profile_path, "rb") as f:
-            doc = yaml.safe_load(f)
-        target = doc.get("target") if isinstance(doc, dict) else None
-        if not isinstance(target, dict) or target.get("endpoint") != "embedded":
-            return
-        sim = target.get("sim") or {}
-        cfg = config_from_mapping(sim, file=profile_path, lines={}) if isinstance(sim, dict) else None
-    except Exception:  # noqa: BLE001 - the real loading reports it, in one line
-        return
-    if cfg is not None:
-        _PRESTARTED.append(SimProcess(cfg).spawn())
-
-
-def take_prestarted(cfg: SimConfig) -> SimProcess | None:
-    """A prestarted simulator with exactly these settings, handed over (stopped at exit otherwise)."""
-    for k, sim in enumerate(_PRESTARTED):
-        if sim.cfg == cfg:
-            return _PRESTARTED.pop(k)
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                return None
+            if line.startswith(CONFIG_LINE.encode()):
+                return line[len(CONFIG_LINE):].rstrip(b"\r\n")
+    finally:
+        sel.close()
     return None
 
 
 def stop_prestarted() -> None:
     """Stop every prestarted simulator nobody took (the command ends through `os._exit`, which
     runs no atexit handler)."""
-    while _PRESTARTED:
-        _PRESTARTED.pop().stop()
+    stop_all()

@@ -16,14 +16,18 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from loadgate.config.profile import Distribution
 from loadgate.errors import UsageError
 
+if TYPE_CHECKING:
+    import numpy as np
+
 
 def _clip(x: np.ndarray, d: Distribution) -> np.ndarray:
+    import numpy as np
+
     lo = d.min if d.min is not None else 1
     hi = d.max if d.max is not None else np.iinfo(np.int64).max
     return np.clip(np.rint(x), lo, hi).astype(np.int64)
@@ -31,6 +35,8 @@ def _clip(x: np.ndarray, d: Distribution) -> np.ndarray:
 
 def read_empirical(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(lengths, probabilities) from a histogram or CDF CSV; raises UsageError naming the file."""
+    import numpy as np
+
     try:
         rows = [r for r in csv.reader(path.read_text(encoding="utf-8-sig").splitlines()) if r]
     except OSError as e:
@@ -60,6 +66,8 @@ def read_empirical(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def draw_lengths(d: Distribution, n: int, rng: np.random.Generator, base_dir: Path) -> np.ndarray:
     """`n` integer lengths from distribution `d` using `rng` (deterministic for a given seed)."""
+    import numpy as np
+
     if d.dist == "fixed":
         return np.full(n, int(d.value or 1), dtype=np.int64)
     if d.dist == "uniform":

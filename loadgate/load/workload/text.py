@@ -7,8 +7,6 @@ the pool is the same on every machine and Python version.
 
 from __future__ import annotations
 
-import numpy as np
-
 _WORDS = (
     "the of and to in is that for it as with was on be by at this from or have an are which not "
     "but all were when we there can more if one has so what their out would about up them some "
@@ -23,6 +21,8 @@ _WORDS = (
 
 def filler_text(n_words: int = 6000, seed: int = 20261129) -> str:
     """About `n_words` words of pseudo-prose with punctuation and newlines."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(_WORDS), size=n_words)
     out: list[str] = []
