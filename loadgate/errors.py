@@ -1,25 +1,60 @@
-"""Exception hierarchy. Each error carries the process exit code it maps to (an API: see README).
-
-| code | meaning |
-|---|---|
-| 0  | everything passed |
-| 1  | internal error (a bug in loadgate) |
-| 2  | usage or profile error |
-| 3  | engine unreachable / setup failure |
-| 4  | results could not be written (disk full, I/O error); every complete record line is kept |
-| 5  | the run folder is damaged (truncated or corrupt records); the report shows what was readable |
-| 10 | exactness failed |
-| 11 | exactness not established for this configuration (no attestation, fingerprint changed, requests of the check kept failing after 2 retries) |
-| 12 | `fingerprint --against`: the engine's fingerprint differs from the saved one |
-| 20 | a performance threshold failed |
-| 21 | regression against baseline |
-| 22 | comparison inconclusive |
-| 30 | measurement invalid (stamps off by more than the budget, open loop late, token counts off plan, contamination) |
-| 130 | interrupted by SIGINT (Ctrl-C): finished records kept, summary marked interrupted |
-| 143 | interrupted by SIGTERM: the same |
-"""
+"""The exit codes (one table, `Exit`: an API, the README's table is checked against it) and the
+exceptions that end a command with one of them."""
 
 from __future__ import annotations
+
+from enum import IntEnum
+
+_INTERRUPTED = ("interrupted by SIGINT (Ctrl-C) or SIGTERM: finished records and a summary marked interrupted "
+                "are written, child processes stopped")  # the README's one row for 130 and 143
+
+
+class Exit(IntEnum):
+    """Every exit code loadgate gives: its value, the outcome a verdict with it names by default,
+    a few words (`--help`, reports) and the README's meaning. No code gets a second meaning."""
+
+    outcome: str
+    words: str
+    meaning: str
+
+    def __new__(cls, value: int, outcome: str, words: str, meaning: str) -> Exit:
+        member = int.__new__(cls, value)
+        member._value_ = value
+        member.outcome, member.words, member.meaning = outcome, words, meaning
+        return member
+
+    PASSED = 0, "passed", "everything passed", "everything passed"
+    INTERNAL = 1, "internal", "internal error", \
+        "internal error (a bug in loadgate; `LOADGATE_DEBUG=1` shows the traceback)"
+    USAGE = 2, "usage", "usage or profile error", "usage or profile error"
+    ENGINE = 3, "engine", "engine unreachable or setup failure", \
+        "engine unreachable, setup failure (also: the open-file limit is too low for the concurrency)"
+    NOT_WRITTEN = 4, "not written", "results could not be written", \
+        "results could not be written (disk full, I/O error); every complete record line is kept"
+    DAMAGED = 5, "damaged", "run folder damaged or cut short", \
+        ("the run folder is damaged or was cut short (corrupt or cut record lines, or a run that never "
+         "finished); the report names what is missing and shows what was readable")
+    EXACTNESS_FAILED = 10, "exactness", "exactness failed", "exactness failed: compared tokens missed the contract"
+    NOT_ESTABLISHED = 11, "not established", "exactness not established for this configuration", \
+        ("exactness not established for this configuration (no check passed for this fingerprint, the run was "
+         "`--unverified`, or requests of the check kept failing after 2 retries: nothing compared)")
+    FINGERPRINT_DIFFERS = 12, "fingerprint", "the fingerprint differs from the saved one", \
+        ("`loadgate fingerprint --against FILE`: the engine's fingerprint differs from the saved one "
+         "(the fields are printed)")
+    THRESHOLD = 20, "threshold", "a performance threshold failed", "a performance threshold failed"
+    REGRESSED = 21, "regressed", "regression against baseline", "regression against the baseline"
+    INCONCLUSIVE = 22, "inconclusive", "comparison inconclusive", "comparison inconclusive"
+    INVALID = 30, "invalid", "measurement invalid", \
+        ("measurement invalid: the client's stamps may be off by more than `health.stamp_error_p99_ms` (or an "
+         "open loop started late), token counts were off the plan, or other traffic reached the server during "
+         "the window")
+    SIGINT = 130, "interrupted", "interrupted (SIGINT)", \
+        _INTERRUPTED
+    SIGTERM = 143, "interrupted", "interrupted (SIGTERM)", \
+        _INTERRUPTED
+
+
+EXIT_CODES: dict[int, str] = {int(e): e.words for e in Exit}  # code -> its few words
 
 
 def one_line(text: str) -> str:
@@ -30,7 +65,7 @@ def one_line(text: str) -> str:
 class LoadgateError(Exception):
     """Base class: a one-line message meant for the user, and an exit code."""
 
-    exit_code = 1
+    exit_code: int = Exit.INTERNAL
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -38,7 +73,7 @@ class LoadgateError(Exception):
 
 
 class UsageError(LoadgateError):
-    exit_code = 2
+    exit_code = Exit.USAGE
 
 
 class ProfileError(UsageError):
@@ -52,17 +87,13 @@ class ProfileError(UsageError):
 
 
 class EngineError(LoadgateError):
-    exit_code = 3
+    exit_code = Exit.ENGINE
 
 
 class ResultsNotWritten(LoadgateError):
     """A results file could not be written (ENOSPC, EIO, …): complete lines are kept."""
 
-    exit_code = 4
-
-
-class RunDamaged(LoadgateError):
-    exit_code = 5
+    exit_code = Exit.NOT_WRITTEN
 
 
 class Interrupted(LoadgateError):
@@ -74,47 +105,12 @@ class Interrupted(LoadgateError):
 
 
 class ExactnessFailed(LoadgateError):
-    exit_code = 10
+    exit_code = Exit.EXACTNESS_FAILED
 
 
 class ExactnessNotEstablished(LoadgateError):
-    exit_code = 11
+    exit_code = Exit.NOT_ESTABLISHED
 
 
 class FingerprintsDiffer(LoadgateError):
-    exit_code = 12
-
-
-class ThresholdFailed(LoadgateError):
-    exit_code = 20
-
-
-class Regression(LoadgateError):
-    exit_code = 21
-
-
-class Inconclusive(LoadgateError):
-    exit_code = 22
-
-
-class MeasurementInvalid(LoadgateError):
-    exit_code = 30
-
-
-EXIT_CODES: dict[int, str] = {
-    0: "everything passed",
-    1: "internal error",
-    2: "usage or profile error",
-    3: "engine unreachable or setup failure",
-    4: "results could not be written",
-    5: "run folder damaged or cut short",
-    10: "exactness failed",
-    11: "exactness not established for this configuration",
-    12: "the fingerprint differs from the saved one",
-    20: "a performance threshold failed",
-    21: "regression against baseline",
-    22: "comparison inconclusive",
-    30: "measurement invalid",
-    130: "interrupted (SIGINT)",
-    143: "interrupted (SIGTERM)",
-}
+    exit_code = Exit.FINGERPRINT_DIFFERS

@@ -35,7 +35,7 @@ from loadgate.analysis.abstats import FigureComparison, comparisons_json
 from loadgate.analysis.summary import Summary, build_summary
 from loadgate.analysis.thresholds import LevelJudgement, judged_json
 from loadgate.analysis.thresholds import judge as judge_thresholds
-from loadgate.errors import EXIT_CODES
+from loadgate.errors import EXIT_CODES, Exit
 from loadgate.exactness.check import not_established_words
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.records import Damage
@@ -61,6 +61,9 @@ class Verdict:
     thresholds: list[dict[str, Any]] = field(default_factory=list)
     ab_decision: str | None = None
     v: int = VERDICT_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", int(self.code))  # an `Exit` member is kept as its number
 
     @property
     def words(self) -> str:
@@ -117,22 +120,22 @@ def _decide(invalid: list[str], unverified: bool, judged: list[LevelJudgement], 
             ) -> tuple[int, str, str]:
     """(exit code, outcome, message) in the order of the module docstring."""
     if invalid:
-        return 30, "invalid", "measurement invalid: " + "; ".join(invalid)
+        return Exit.INVALID, Exit.INVALID.outcome, "measurement invalid: " + "; ".join(invalid)
     if unverified:
-        return 11, "unverified", "exactness not established: the run was --unverified"
+        return Exit.NOT_ESTABLISHED, "unverified", "exactness not established: the run was --unverified"
     failed = [(j, o) for j in judged for o in j.outcomes if not o.passed]
     if failed:
-        return 20, "threshold", f"{len(failed)} threshold(s) failed: " + "; ".join(
+        return Exit.THRESHOLD, Exit.THRESHOLD.outcome, f"{len(failed)} threshold(s) failed: " + "; ".join(
             f"{o.threshold.metric} {o.threshold.text}" for _, o in failed[:5])
     if ab_decision == "regressed":
-        return 21, "regressed", "the candidate regressed against the baseline (see the comparison above)"
+        return Exit.REGRESSED, Exit.REGRESSED.outcome, "the candidate regressed against the baseline (see the comparison above)"
     if ab_decision in ("inconclusive", "single run"):
-        return 22, "inconclusive", ("the comparison is inconclusive: the runs cannot rule out a change that matters; "
+        return Exit.INCONCLUSIVE, Exit.INCONCLUSIVE.outcome, ("the comparison is inconclusive: the runs cannot rule out a change that matters; "
                                     "add pairs (ab.pairs) or reduce noise")
     if ab_decision == "n/a":
-        return 22, "inconclusive", ("nothing to decide on: a deciding figure (ab.decide_on) has no value on one side "
+        return Exit.INCONCLUSIVE, Exit.INCONCLUSIVE.outcome, ("nothing to decide on: a deciding figure (ab.decide_on) has no value on one side "
                                     "(every request failed, or the engine does not report it)")
-    return 0, "passed", ""
+    return Exit.PASSED, Exit.PASSED.outcome, ""
 
 
 def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
@@ -152,12 +155,12 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
         return _incomplete(run_dir, state)
     if not (run_dir / "records.jsonl").exists() and (checked := _exactness_of(run_dir)) is not None:
         if checked == "passed":  # `loadgate check`: nothing measured
-            return Judgement(Verdict(0, "passed", "", exactness="passed"))
+            return Judgement(Verdict(Exit.PASSED, Exit.PASSED.outcome, "", exactness="passed"))
         report = load_json(run_dir / "exactness.json")
         if not report.get("reasons") and report.get("not_established"):
-            return Judgement(Verdict(11, "not established", not_established_words(report["not_established"]),
+            return Judgement(Verdict(Exit.NOT_ESTABLISHED, Exit.NOT_ESTABLISHED.outcome, not_established_words(report["not_established"]),
                                      exactness="not established"))
-        return Judgement(Verdict(10, "exactness", "exactness failed: " + "; ".join(report.get("reasons") or []),
+        return Judgement(Verdict(Exit.EXACTNESS_FAILED, Exit.EXACTNESS_FAILED.outcome, "exactness failed: " + "; ".join(report.get("reasons") or []),
                                  exactness="failed"))
     summary = build_summary(run_dir)
     meta = load_json(run_dir / "meta.json")
@@ -165,7 +168,7 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     invalid = [p for s in summary.levels.values() for p in s.invalid]
     code, outcome, message = _decide(invalid, summary.unverified, judged, None)
     if summary.damage:
-        code, outcome, message = 5, "damaged", "run folder damaged: " + Damage(**summary.damage).words()
+        code, outcome, message = Exit.DAMAGED, Exit.DAMAGED.outcome, "run folder damaged: " + Damage(**summary.damage).words()
     if stopped is not None:  # interrupted: the figures of what finished, and the signal's code
         code, outcome, message = stopped.code, stopped.outcome, stopped.message
     v = Verdict(code, outcome, message, "run", "not run" if summary.unverified else _exactness_of(run_dir),
@@ -182,7 +185,7 @@ def _planned(meta: dict[str, Any]) -> int | None:
 def _code_and_why(state: dict[str, Any]) -> tuple[int, str]:
     """An unfinished run's exit code (its own where it recorded one, else 5) and why, in words."""
     code = state.get("code")
-    code = code if isinstance(code, int) and not isinstance(code, bool) and code in EXIT_CODES and code else 5
+    code = code if isinstance(code, int) and not isinstance(code, bool) and code in EXIT_CODES and code else Exit.DAMAGED
     if code != 5:
         return code, f"the run stopped on an error (exit {code}: {EXIT_CODES[code]})"
     where = f" as pid {state['pid']} on {state['host']}" if state.get("pid") and state.get("host") else ""
@@ -268,7 +271,7 @@ def _judge_ab(run_dir: Path) -> Judgement:
     code, outcome, message = _decide(invalid, unverified, judged, decision)
     mismatch = cache_mismatch(summaries)
     if mismatch and code in (0, 21, 22):
-        code, outcome, message, decision = 22, "inconclusive", mismatch, "inconclusive"
+        code, outcome, message, decision = Exit.INCONCLUSIVE, Exit.INCONCLUSIVE.outcome, mismatch, "inconclusive"
     sides = ", ".join(f"{name} {_exactness_of(run_dir / f'check-{name}') or 'not run'}" for name in ab.SIDES.values())
     v = Verdict(code, outcome, message, "ab", sides, invalid, judged_json(judged), decision)
     return Judgement(v, thresholds=judged, comparisons=comps, ab_settings=settings, ab_info=info,

@@ -400,7 +400,7 @@ class Profile:
                                        "without it only `--unverified` measures)")
     ab: AB | None = knob(None, "compare against a baseline engine in interleaved runs")
     thresholds: dict[str, tuple[str, ...]] = field(default_factory=dict, metadata={
-        "help": "k6-style thresholds per metric, e.g. ttft: ['p(99) < 800ms']; see loadgate/thresholds.py"})
+        "help": "k6-style thresholds per metric, e.g. ttft: ['p(99) < 800ms']; see loadgate/analysis/thresholds.py"})
     slo: Slo = field(default_factory=Slo, metadata={"help": "service levels for goodput"})
     health: HealthBudgets = field(default_factory=HealthBudgets,
                                   metadata={"help": "client health budgets (run validity)"})
