@@ -51,7 +51,7 @@ from loadgate.gate.fingerprint import diff, fingerprint_hash
 from loadgate.jsonutil import dump_json
 from loadgate.load.executors import NEVER, StopFlag
 from loadgate.load.plan import Plan, build_plan, trace_of
-from loadgate.load.target import Target, target_spec
+from loadgate.load.target import LiveTarget, target_spec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
 from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.records import RecordWriter
@@ -171,7 +171,7 @@ async def prepare_tokens(profile: Profile, e: Engine) -> Tokens:
 
 
 async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
-                 runner: Target | WorkerGroup, stop: StopFlag) -> list[dict[str, Any]]:
+                 runner: LiveTarget | WorkerGroup, stop: StopFlag) -> list[dict[str, Any]]:
     if isinstance(runner, WorkerGroup):
         return await runner.run(phase, writer, on_progress=tick)
     return await run_phase_here(runner, plan, phase, writer, on_done=lambda: tick(1), stop_flag=stop)
@@ -224,7 +224,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
             tag = f"{run_dir.name}-L{level}"
             # warmup and measurement share the connections (the warmup opens them), in this process
             # or in worker processes kept for the level
-            runner = Target(spec, e.session) if load.workers == 1 else \
+            runner = LiveTarget(spec, e.session) if load.workers == 1 else \
                 WorkerGroup(spec, profile, pool, load.workers, run_dir, stop, round_=round_)
             try:
                 if plan.n_warmup:

@@ -35,7 +35,7 @@ from loadgate.cli import main
 from loadgate.engine.adapters.base import ErrorKind
 from loadgate.engine.http import make_session
 from loadgate.errors import EXIT_CODES
-from loadgate.load.target import Target, TargetSpec, decode, fetch
+from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
 
 SCALE = int(os.environ.get("LOADGATE_FUZZ_SCALE", "1"))
 REPO = Path(__file__).resolve().parents[1]
@@ -210,7 +210,7 @@ def test_any_response_ends_in_a_record_with_a_known_outcome(scripted: ScriptedSe
 
     async def go() -> Any:
         async with make_session() as session:
-            t = Target(TargetSpec(scripted.url, "openai-completions", "m", 5.0), session)
+            t = LiveTarget(TargetSpec(scripted.url, "openai-completions", "m", 5.0), session)
             raw = await fetch(t, b"{}", rid)
             d = decode(t.adapter, True, raw)
             assert t.pool is not None

@@ -30,7 +30,7 @@ from loadgate.cli import main
 from loadgate.engine.adapters.base import Decoded
 from loadgate.engine.http import make_session
 from loadgate.jsonutil import load_json
-from loadgate.load.target import Target, TargetSpec, decode, fetch
+from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
 from loadgate.load.transport import Limits
 from loadgate.records import read_records
 from tests import hostile
@@ -58,7 +58,7 @@ def fetch_once(url: str, *, timeout_s: float = 10.0, limits: Limits | None = Non
 
     async def go() -> list[Decoded]:
         async with make_session() as session:
-            t = Target(TargetSpec(url, "openai-completions", "m", timeout_s, limits=limits or Limits()), session)
+            t = LiveTarget(TargetSpec(url, "openai-completions", "m", timeout_s, limits=limits or Limits()), session)
             raws = await asyncio.gather(*(fetch(t, b'{"prompt": "x"}', f"r{k}") for k in range(streams)))
             out = [decode(t.adapter, True, raw) for raw in raws]
             assert t.pool is not None
@@ -163,12 +163,12 @@ def test_an_idle_timeout_ends_a_response_that_goes_quiet():
         await writer.drain()
         await asyncio.sleep(30)
 
-    from loadgate.load.target import Target as _T  # noqa: F401  (the same transport as above)
+    from loadgate.load.target import LiveTarget as _T  # noqa: F401  (the same transport as above)
 
     with hostile.HostileServer(quiet) as srv:
         async def go() -> Any:
             async with make_session() as session:
-                t = Target(TargetSpec(srv.url, "openai-completions", "m", 30.0, idle_timeout_s=0.5), session)
+                t = LiveTarget(TargetSpec(srv.url, "openai-completions", "m", 30.0, idle_timeout_s=0.5), session)
                 raw = await fetch(t, b"{}", "q")
                 assert t.pool is not None
                 t.pool.close()

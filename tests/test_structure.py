@@ -158,3 +158,13 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     assert stage("loadgate.exactness.contract") < stage("loadgate.config.profile") < stage("loadgate.exactness.check")
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_classes_in_loadgate_share_a_name():
+    """One name, one thing: a reader (or an import) never has to ask which `Engine` is meant."""
+    where: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{name}:{node.lineno}")
+    assert {k: v for k, v in where.items() if len(v) > 1} == {}

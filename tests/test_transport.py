@@ -132,12 +132,12 @@ def _cpp_httplib_like(idle_close_s: float, max_per_conn: int, keep_alive_header:
 
 def _against(handle, rounds: list[tuple[int, float]], pool_out: list | None = None) -> tuple[list[str | None], int]:
     """Serve `handle` on loopback (in a thread) and send `rounds` of (requests in flight, seconds
-    to pause afterwards) through one Target. Returns each request's error kind (None when it
+    to pause afterwards) through one LiveTarget. Returns each request's error kind (None when it
     succeeded) and the connections the pool opened; the pool itself goes to `pool_out`."""
     import threading
 
     from loadgate.engine.http import make_session
-    from loadgate.load.target import Target, TargetSpec, fetch, finish_socket
+    from loadgate.load.target import LiveTarget, TargetSpec, fetch, finish_socket
 
     server_loop = asyncio.new_event_loop()
     server = server_loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
@@ -147,7 +147,7 @@ def _against(handle, rounds: list[tuple[int, float]], pool_out: list | None = No
 
     async def main() -> tuple[list[str | None], int]:
         session = make_session()
-        t = Target(TargetSpec(f"http://127.0.0.1:{port}", "openai-completions", "m", 5.0), session)
+        t = LiveTarget(TargetSpec(f"http://127.0.0.1:{port}", "openai-completions", "m", 5.0), session)
         errors: list[str | None] = []
         for n, pause in rounds:
             raws = await asyncio.gather(*(fetch(t, b"{}", f"r{i}") for i in range(n)))

@@ -48,7 +48,7 @@ from typing import Any, NoReturn, Protocol
 
 from loadgate.analysis import figures
 from loadgate.analysis.metrics import PERCENTILES
-from loadgate.errors import UsageError
+from loadgate.errors import UsageError, one_line
 
 
 class ThresholdError(UsageError):
@@ -157,10 +157,6 @@ class Outcome:
     reason: str | None = None
 
 
-def _one_line(text: str) -> str:
-    return text.replace("\n", "\\n").replace("\r", "\\r")
-
-
 def _or_list(items: Sequence[str]) -> str:
     items = list(items)
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
@@ -185,7 +181,7 @@ class _Parser:
             pos = m.end()
 
     def fail(self, reason: str) -> NoReturn:
-        raise ThresholdError(f'threshold {self.metric} "{_one_line(self.text)}": {reason}', reason)
+        raise ThresholdError(f'threshold {self.metric} "{one_line(self.text)}": {reason}', reason)
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
@@ -336,7 +332,7 @@ def parse_all(mapping: Mapping[str, Sequence[str]]) -> list[Threshold]:
     for metric, texts in mapping.items():
         if metric not in _specs():
             first = texts[0] if isinstance(texts, (list, tuple)) and texts else ""
-            raise ThresholdError(f'threshold {metric} "{_one_line(str(first))}": {_unknown_metric(metric)}')
+            raise ThresholdError(f'threshold {metric} "{one_line(str(first))}": {_unknown_metric(metric)}')
         if isinstance(texts, str) or not isinstance(texts, Sequence):
             raise ThresholdError(f"thresholds {metric}: expected a list of strings like "
                                  f"[\"p(99) < 800ms\"], got {type(texts).__name__}")

@@ -101,13 +101,13 @@ def parse_yaml(text: str, *, file: str) -> tuple[Any, dict[str, int]]:
             problem, where = "a profile is one YAML document, found a second one ('---')", where[:where.find(";")]
         elif "'\\t'" in problem:
             problem += " (indent with spaces, not tabs)"
-        raise ProfileError(file, line, "", _one_line(f"YAML syntax error: {problem} ({where})")) from None
+        raise ProfileError(file, line, "", _squeeze(f"YAML syntax error: {problem} ({where})")) from None
     except yaml.reader.ReaderError as e:
         line = text.count("\n", 0, e.position) + 1
         char = e.character if isinstance(e.character, str) else chr(e.character)
         raise ProfileError(file, line, "", f"character {char!r} (#x{ord(char):04x}) is not allowed in YAML") from None
     except yaml.YAMLError as e:
-        raise ProfileError(file, None, "", _one_line(f"YAML syntax error: {e}")) from None
+        raise ProfileError(file, None, "", _squeeze(f"YAML syntax error: {e}")) from None
     except RecursionError:
         raise ProfileError(file, None, "", "YAML nesting too deep") from None
     if root is None:
@@ -216,7 +216,7 @@ class _Converter:
         self.file, self.lines = file, lines
 
     def fail(self, path: str, reason: str) -> ProfileError:
-        return ProfileError(self.file, _line_of(self.lines, path), path, _one_line(reason))
+        return ProfileError(self.file, _line_of(self.lines, path), path, _squeeze(reason))
 
     def expected(self, path: str, expect: str, value: Any) -> ProfileError:
         quote = expect == "a string" and not isinstance(value, (str, list, dict))
@@ -369,7 +369,8 @@ def _line_of(lines: dict[str, int], path: str) -> int | None:
     return lines.get("")
 
 
-def _one_line(text: str) -> str:
+def _squeeze(text: str) -> str:
+    """Runs of whitespace, newlines included, as one space."""
     return " ".join(text.split())
 
 
@@ -456,7 +457,7 @@ def _object_schema(cls: type, defs: dict[str, dict[str, Any]], refs: set[str]) -
     node: dict[str, Any] = {"type": "object"}
     defs[cls.__name__] = node
     if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):
-        node["description"] = _one_line(cls.__doc__)
+        node["description"] = _squeeze(cls.__doc__)
     props: dict[str, Any] = {}
     required = []
     hints = get_type_hints(cls)

@@ -30,7 +30,7 @@ from loadgate.exactness.compare import compare
 from loadgate.exactness.contract import DEFAULT_NEAR_TIE_NATS, Contract, passes, verdict
 from loadgate.exactness.replay import Observed
 from loadgate.jsonutil import write_atomic
-from loadgate.load.target import Target, TargetSpec, decode, fetch
+from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
 from loadgate.secrets import MASK, redact_headers, registered
 from loadgate.version import __version__
 
@@ -177,7 +177,7 @@ async def replay(doc: dict[str, Any], endpoint: str | None, times: int, concurre
     settings = replay_settings(doc.get("session") or {})
     results = []
     async with make_session(settings.headers, settings.ssl_for(base)) as session:
-        t = Target(TargetSpec(base, api, model, 600.0, headers=settings.headers, tls=settings.tls,
+        t = LiveTarget(TargetSpec(base, api, model, 600.0, headers=settings.headers, tls=settings.tls,
                               secrets=registered()), session)
         body = orjson.dumps(doc["request"])
         try:

@@ -23,7 +23,7 @@ from loadgate.engine.http import get_json
 from loadgate.errors import EngineError
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.corpus import Case
-from loadgate.load.target import Target, TargetSpec, decode, fetch
+from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
 
 
 @dataclass
@@ -55,8 +55,8 @@ class CaseSender:
 
     def __init__(self, spec: TargetSpec, session: aiohttp.ClientSession, *, logprobs: int, seed: int) -> None:
         self.spec = spec
-        self.targets = {"completion": Target(spec, session),
-                        "chat": Target(TargetSpec(**{**spec.__dict__, "api": chat_api_for(spec.api)}), session)}
+        self.targets = {"completion": LiveTarget(spec, session),
+                        "chat": LiveTarget(TargetSpec(**{**spec.__dict__, "api": chat_api_for(spec.api)}), session)}
         self.logprobs, self.sampling = logprobs, Sampling(seed=seed)
         self.in_flight = 0
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.recorder import Recorder
-from loadgate.load.target import Target, body_for, fetch
+from loadgate.load.target import LiveTarget, body_for, fetch
 from loadgate.load.turns import LOOP_TURNS
 
 
@@ -39,7 +39,7 @@ class StopFlag:
 NEVER = StopFlag()
 
 
-async def run_one(t: Target, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
+async def run_one(t: LiveTarget, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
                   ready_ns: int, intended_ns: int | None) -> None:
     body = t.bodies.pop(req.i, None) or body_for(t, req)
     raw = await fetch(t, body, f"{run_tag}-{req.i}")
@@ -58,7 +58,7 @@ class ClosedLoop:
     stop_at_ns: int | None = None
     stop: StopFlag = NEVER
 
-    async def run(self, t: Target, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
+    async def run(self, t: LiveTarget, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
                   t0_ns: int) -> None:
         it: Iterator[PlannedRequest] = iter(reqs)
         level = self.level or self.concurrency
@@ -97,7 +97,7 @@ class OpenLoop:
     stop_at_ns: int | None = None
     stop: StopFlag = NEVER
 
-    async def run(self, t: Target, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
+    async def run(self, t: LiveTarget, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
                   t0_ns: int) -> None:
         sem = asyncio.Semaphore(self.max_in_flight) if self.max_in_flight else None
         tasks: set[asyncio.Task[None]] = set()

@@ -20,7 +20,7 @@ from loadgate.errors import ResultsNotWritten
 from loadgate.load.exchanges import Exchange, ExchangeLog
 from loadgate.load.exchanges import read as read_log
 from loadgate.load.plan import PlannedRequest
-from loadgate.load.target import Raw, Target, decode, early_bounds
+from loadgate.load.target import LiveTarget, Raw, decode, early_bounds
 from loadgate.records import Record, RecordError, RecordWriter, SpecStats
 
 
@@ -63,7 +63,7 @@ class Recorder:
     receive loop's turns), `flush`, after the phase, decodes the log into records for `writer` and
     removes it. `log`: where the log goes (in the run folder)."""
 
-    def __init__(self, t: Target, writer: RecordWriter, on_done: Callable[[], None] | None, *, log: Path) -> None:
+    def __init__(self, t: LiveTarget, writer: RecordWriter, on_done: Callable[[], None] | None, *, log: Path) -> None:
         self.t, self.writer, self.on_done = t, writer, on_done
         self.overhead = t.spec.prompt_overhead
         self.log = ExchangeLog(log, {"api": t.spec.api, "stream": t.spec.stream,

@@ -1,4 +1,4 @@
-"""The hot path of one request: where and how to send (`TargetSpec`, `Target`), the exchange itself
+"""The hot path of one request: where and how to send (`TargetSpec`, `LiveTarget`), the exchange itself
 (`fetch`: raw socket transport with kernel receive stamps, or aiohttp), and decoding what was kept
 once the request has ended (`decode`).
 
@@ -29,7 +29,7 @@ from loadgate.secrets import register, registered
 
 @dataclass(frozen=True)
 class TargetSpec:
-    """Everything about where and how to send, picklable (worker processes rebuild a Target)."""
+    """Everything about where and how to send, picklable (worker processes rebuild a LiveTarget)."""
 
     base_url: str
     api: str
@@ -60,7 +60,7 @@ def target_spec(profile: Profile, settings: SessionSettings, base: str, model: s
 
 
 @dataclass
-class Target:
+class LiveTarget:
     """A TargetSpec bound to this process's event loop: adapter, URL, sessions and pools."""
 
     spec: TargetSpec
@@ -128,11 +128,11 @@ async def _until_done(conn: Conn, done: asyncio.Future[None], idle_s: float | No
                 return
 
 
-async def fetch(t: Target, body: bytes, request_id: str) -> Raw:
+async def fetch(t: LiveTarget, body: bytes, request_id: str) -> Raw:
     return await (fetch_socket(t, body, request_id) if t.pool is not None else fetch_aiohttp(t, body, request_id))
 
 
-async def fetch_socket(t: Target, body: bytes, request_id: str) -> Raw:
+async def fetch_socket(t: LiveTarget, body: bytes, request_id: str) -> Raw:
     """POST over the raw transport: each socket read is stamped in `data_received` before any
     parsing; headers and chunked framing are parsed after the exchange (`finish_socket`)."""
     assert t.pool is not None
@@ -216,7 +216,7 @@ def finish_socket(raw: Raw, trust_wakes: bool = True) -> None:
     raw.socket_reads = None
 
 
-async def fetch_aiohttp(t: Target, body: bytes, request_id: str) -> Raw:
+async def fetch_aiohttp(t: LiveTarget, body: bytes, request_id: str) -> Raw:
     """POST `body` with aiohttp and keep every read with its arrival stamp."""
     raw = Raw(start_ns=perf_counter_ns())
     reads = raw.reads
@@ -338,7 +338,7 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw, max_event_bytes: int 
     return d
 
 
-def body_for(t: Target, req: PlannedRequest) -> bytes:
+def body_for(t: LiveTarget, req: PlannedRequest) -> bytes:
     s = t.spec
     ids, text = req.prompt_ids, req.prompt_text
     if ids is not None and s.pool_text is not None:  # a text-only API: send the ids' exact text

@@ -39,7 +39,7 @@ from loadgate.load.executors import NEVER, ClosedLoop, OpenLoop, StopFlag
 from loadgate.load.health import STEAL_TRUSTED, HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
-from loadgate.load.target import Target, TargetSpec, body_for
+from loadgate.load.target import LiveTarget, TargetSpec, body_for
 from loadgate.load.turns import LOOP_TURNS
 from loadgate.records import RecordWriter
 
@@ -64,7 +64,7 @@ BODY_BUDGET = 256 * 2**20  # request bodies built before a phase: at most this m
 BODY_COUNT = 200_000  # and this many (the rest are built when sent)
 
 
-def prebuild(target: Target, plan: Plan, indices: Iterable[int], budget: int = BODY_BUDGET,
+def prebuild(target: LiveTarget, plan: Plan, indices: Iterable[int], budget: int = BODY_BUDGET,
              count: int = BODY_COUNT) -> dict[int, bytes]:
     """The phase's request bodies, built before it starts, so the window spends no time
     serializing prompts."""
@@ -79,7 +79,7 @@ def prebuild(target: Target, plan: Plan, indices: Iterable[int], budget: int = B
     return out
 
 
-def prepare(target: Target, plan: Plan, indices: Iterable[int]) -> None:
+def prepare(target: LiveTarget, plan: Plan, indices: Iterable[int]) -> None:
     """Before a phase: its request bodies built, the heap collected and frozen (what exists now —
     plan, pools, bodies, modules — never needs scanning again). A worker does this before it says
     it is ready, so an open loop's start time is not spent building bodies."""
@@ -88,7 +88,7 @@ def prepare(target: Target, plan: Plan, indices: Iterable[int]) -> None:
     gc.freeze()
 
 
-async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *, concurrency: int | None,
+async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorder, *, concurrency: int | None,
                  next_index: Callable[[], int | None] | None, start_ns: int | None,
                  mine: Callable[[int], bool], stop_flag: StopFlag = NEVER, prepared: bool = False) -> dict[str, Any]:
     """Run one phase with nothing but sending and receiving in the window: bodies built before,
@@ -134,7 +134,7 @@ async def _drive(target: Target, plan: Plan, phase: Phase, recorder: Recorder, *
     return health
 
 
-async def run_phase_here(target: Target, plan: Plan, phase: Phase, writer: RecordWriter,
+async def run_phase_here(target: LiveTarget, plan: Plan, phase: Phase, writer: RecordWriter,
                          on_done: Callable[[], None] | None = None, stop_flag: StopFlag = NEVER
                          ) -> list[dict[str, Any]]:
     """Run the phase on the current event loop; returns [health]. The caller keeps `target` open
@@ -315,7 +315,7 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
 
     ssl_context = spec.tls.context() if spec.base_url.startswith("https:") else None
     async with make_session(spec.headers, ssl_context) as session:
-        target = Target(spec, session)  # one pool for every phase this worker runs
+        target = LiveTarget(spec, session)  # one pool for every phase this worker runs
         try:
             while (msg := await loop.run_in_executor(None, inbox.get)) is not None:
                 phase, part = msg

@@ -38,7 +38,7 @@ from loadgate.sim.hashing import hash_ints, unit
 from loadgate.sim.metrics import EngineCounters, Gauges
 from loadgate.sim.model import WINDOW, SimModel, roll_hash
 from loadgate.sim.sequence import GenParams, Sequence, StepOutput
-from loadgate.sim.speculative import SpecStats, draft_probs, draw_accepted, verify_position
+from loadgate.sim.speculative import SpecProgress, draft_probs, draw_accepted, verify_position
 from loadgate.sim.speculative import draw as draw_index
 
 _log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class PrefixCache:
         return hits
 
 
-class Engine:
+class SimEngine:
     """Continuous batching over `SimModel`; see the module docstring for the step semantics."""
 
     def __init__(self, cfg: SimConfig, model: SimModel) -> None:
@@ -111,7 +111,7 @@ class Engine:
             seed = hash_ints(index, time.time_ns(), os.getpid())
         seq = Sequence(params=params, tokenizer=self.model.tokenizer,
                        context_hash=self.model.context_hash(params.prompt_ids),
-                       spec=SpecStats(self.k) if self.spec_on else None,
+                       spec=SpecProgress(self.k) if self.spec_on else None,
                        jitter=self.cfg.divergence.logprob_jitter,
                        run_to_run_armed=self.flips.arm_run_to_run(index),
                        sample_seed=hash_ints(0x5A3E, seed))

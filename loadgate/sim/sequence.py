@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from loadgate.sim.divergence import jitter_ulps
-from loadgate.sim.speculative import SpecStats
+from loadgate.sim.speculative import SpecProgress
 from loadgate.sim.tokenizer import Tokenizer
 
 
@@ -83,7 +83,7 @@ class StepOutput:
 
 
 class Sequence:
-    """Engine-side state of one request. Create with `Engine.submit`."""
+    """The engine's state of one request. Create with `SimEngine.submit`."""
 
     __slots__ = ("params", "tokenizer", "context_hash", "spec", "jitter", "run_to_run_armed",
                  "sample_seed", "output_ids", "context", "finished", "aborted", "counted",
@@ -92,7 +92,7 @@ class Sequence:
                  "flip_batches")
 
     def __init__(self, params: GenParams, tokenizer: Tokenizer, context_hash: int,
-                 spec: SpecStats | None = None, jitter: int = 0, run_to_run_armed: bool = False,
+                 spec: SpecProgress | None = None, jitter: int = 0, run_to_run_armed: bool = False,
                  sample_seed: int = 0) -> None:
         self.params = params
         self.tokenizer = tokenizer
@@ -207,7 +207,7 @@ class Sequence:
 
     def close(self) -> None:
         """Mark the sequence ended from outside the step loop and wake its handler (used by
-        `Engine.abort`, which also does the counting)."""
+        `SimEngine.abort`, which also does the counting)."""
         self.finished = True
         self._wake()
 

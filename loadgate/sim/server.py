@@ -25,7 +25,7 @@ from aiohttp import web
 
 from loadgate.config.simconfig import SimConfig
 from loadgate.errors import UsageError
-from loadgate.sim.engine import Engine
+from loadgate.sim.engine import SimEngine
 from loadgate.sim.model import SimModel
 from loadgate.sim.process import SimProcess
 from loadgate.sim.routes import STATE, add_routes
@@ -40,7 +40,7 @@ def build_app(cfg: SimConfig) -> web.Application:
     """The simulator as an aiohttp application (one engine, one truth log, per app)."""
     tokenizer = Tokenizer(cfg.vocab_size)
     model = SimModel(cfg, tokenizer)
-    state = SimState(cfg=cfg, tokenizer=tokenizer, model=model, engine=Engine(cfg, model))
+    state = SimState(cfg=cfg, tokenizer=tokenizer, model=model, engine=SimEngine(cfg, model))
     middlewares = [_first_request(state)] + ([_require_key(cfg.api_key_env)] if cfg.api_key_env else [])
     app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
     app[STATE] = state
@@ -118,7 +118,7 @@ class RunningSim:
         return self.state.truth
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> SimEngine:
         return self.state.engine
 
 

@@ -34,7 +34,7 @@ import orjson
 from aiohttp import HttpVersion11, web
 
 from loadgate.config.simconfig import SimConfig
-from loadgate.sim.engine import Engine
+from loadgate.sim.engine import SimEngine
 from loadgate.sim.errors import ApiError
 from loadgate.sim.faults import FaultPlan, plan_faults
 from loadgate.sim.model import SimModel
@@ -62,7 +62,7 @@ class SimState:
     cfg: SimConfig
     tokenizer: Tokenizer
     model: SimModel
-    engine: Engine
+    engine: SimEngine
     truth: TruthLog = field(default_factory=TruthLog)
     requests_seen: int = 0
     first_request_ns: int | None = None  # when the first request of any route but /health arrived

@@ -89,7 +89,7 @@ def argmax_rule_tv(p: np.ndarray, q: np.ndarray, wrong_share: float = 1.0) -> fl
 
 
 @dataclass
-class SpecStats:
+class SpecProgress:
     """One request's speculative statistics, updated once per verify step."""
 
     k: int

@@ -317,11 +317,11 @@ def send(url: str, api: str, req: GenRequest) -> Decoded:
     """One request through loadgate's own transport and adapter; the decoded response."""
     from loadgate.engine.connect import run_async
     from loadgate.engine.http import make_session
-    from loadgate.load.target import Target, TargetSpec, decode, fetch
+    from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
 
     async def go() -> Decoded:
         async with make_session() as session:
-            t = Target(TargetSpec(url, api, "tiny", 120.0, stream=req.stream), session)
+            t = LiveTarget(TargetSpec(url, api, "tiny", 120.0, stream=req.stream), session)
             try:
                 raw = await fetch(t, orjson.dumps(t.adapter.build_body(req, "tiny")), "llamacpp-test")
             finally:

@@ -64,7 +64,7 @@ class Chunk:
 
 
 @dataclass(slots=True)
-class SpecStats:
+class SpecCounts:
     """Per-request speculative decoding counts as the engine reported them, with their source.
 
     `verify_steps` counts target forward passes that verified drafts; `draft_tokens` tokens
@@ -98,7 +98,7 @@ class Decoded:
     completion_tokens: int | None = None
     prompt_ids: list[int] | None = None
     finish_reason: str | None = None
-    spec: SpecStats | None = None
+    spec: SpecCounts | None = None
     error: ErrorInfo | None = None
     system_fingerprint: str | None = None
     # Output positions whose logprob is not a real value: absent, or a placeholder such as

@@ -18,14 +18,14 @@ from loadgate.engine.adapters.base import (
     Chunk,
     Decoded,
     GenRequest,
-    SpecStats,
+    SpecCounts,
     iter_objects,
     load_payload,
     server_count,
 )
 
 
-def llama_spec(timings: dict[str, Any]) -> SpecStats | None:
+def llama_spec(timings: dict[str, Any]) -> SpecCounts | None:
     if "draft_n" not in timings:
         return None
 
@@ -33,7 +33,7 @@ def llama_spec(timings: dict[str, Any]) -> SpecStats | None:
         v = timings.get(key)
         return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
-    return SpecStats(source="llama.cpp timings", draft_tokens=count("draft_n"), accepted=count("draft_n_accepted"))
+    return SpecCounts(source="llama.cpp timings", draft_tokens=count("draft_n"), accepted=count("draft_n_accepted"))
 
 
 def _stop_reason(obj: dict[str, Any]) -> str | None:

@@ -27,7 +27,7 @@ from loadgate.engine.adapters.base import (
     Chunk,
     Decoded,
     GenRequest,
-    SpecStats,
+    SpecCounts,
     TokenSource,
     iter_objects,
     load_payload,
@@ -76,13 +76,13 @@ def _chat_logprobs(lp: dict[str, Any]) -> LogprobLists:
     return values, tops
 
 
-def _spec_from_metrics(obj: dict[str, Any]) -> SpecStats | None:
+def _spec_from_metrics(obj: dict[str, Any]) -> SpecCounts | None:
     if isinstance(obj.get("timings"), dict):  # llama-server
         return llama_spec(obj["timings"])
     sd = (obj.get("metrics") or {}).get("speculative_decoding") if isinstance(obj.get("metrics"), dict) else None
     if not isinstance(sd, dict):
         return None
-    return SpecStats(source="vllm metrics.speculative_decoding", verify_steps=sd.get("num_spec_steps"),
+    return SpecCounts(source="vllm metrics.speculative_decoding", verify_steps=sd.get("num_spec_steps"),
                      draft_tokens=sd.get("num_draft_tokens"), accepted=sd.get("num_accepted_draft_tokens"),
                      reported_acceptance_length=sd.get("mean_acceptance_length"))
 

@@ -17,7 +17,7 @@ from loadgate.engine.adapters.base import (
     Chunk,
     Decoded,
     GenRequest,
-    SpecStats,
+    SpecCounts,
     iter_objects,
     load_payload,
     server_count,
@@ -31,12 +31,12 @@ def _finish(meta: dict[str, Any]) -> str | None:
     return fr if isinstance(fr, str) else None
 
 
-def _spec(meta: dict[str, Any]) -> SpecStats | None:
+def _spec(meta: dict[str, Any]) -> SpecCounts | None:
     if "spec_verify_ct" not in meta:
         return None
     accepted = meta.get("spec_num_correct_drafts", meta.get("spec_accept_token_num"))
     drafted = meta.get("spec_num_proposed_drafts", meta.get("spec_draft_token_num"))
-    return SpecStats(source="sglang meta_info", verify_steps=meta.get("spec_verify_ct"),
+    return SpecCounts(source="sglang meta_info", verify_steps=meta.get("spec_verify_ct"),
                      draft_tokens=drafted, accepted=accepted,
                      reported_acceptance_length=meta.get("spec_accept_length"))
 
