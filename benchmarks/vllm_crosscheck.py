@@ -65,7 +65,7 @@ from typing import Any
 import yaml
 
 from loadgate.analysis.summary import snapshot_from_json
-from loadgate.engine.servermetrics import Snapshot, delta, parse_metrics
+from loadgate.snapshot import Snapshot, delta, parse_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = REPO / "scripts" / "engines"

@@ -36,7 +36,7 @@ from loadgate.analysis.summary import Summary, build_summary
 from loadgate.analysis.thresholds import LevelJudgement, judged_json
 from loadgate.analysis.thresholds import judge as judge_thresholds
 from loadgate.errors import EXIT_CODES, Exit
-from loadgate.exactness.check import not_established_words
+from loadgate.exactness.outcome import not_established_words
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.records import Damage
 from loadgate.runstate import read_state

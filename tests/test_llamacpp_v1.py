@@ -14,7 +14,7 @@ import orjson
 from loadgate.analysis.specdec import contamination, from_counters, from_records, reconcile
 from loadgate.engine.adapters import adapter_for, chat_api_for
 from loadgate.engine.adapters.base import Decoded, GenRequest
-from loadgate.engine.servermetrics import parse_metrics
+from loadgate.snapshot import parse_metrics
 from tests.fixtures_path import sse_events
 from tests.recs import make_record
 

@@ -8,8 +8,8 @@ import orjson
 
 from loadgate.analysis.specdec import GENERATED, contamination
 from loadgate.engine.adapters import adapter_for
-from loadgate.engine.servermetrics import Snapshot, first_name, parse_metrics
 from loadgate.gate.fingerprint import VOLATILE_KEYS, _strip
+from loadgate.snapshot import Snapshot, first_name, parse_metrics
 from tests.fixtures_path import fixture_file, sse_events
 from tests.recs import make_record
 

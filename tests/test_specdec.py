@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgate.analysis.specdec import contamination, from_counters, from_records, per_request_steps, reconcile
-from loadgate.engine.servermetrics import parse_metrics
+from loadgate.snapshot import parse_metrics
 from tests.fixtures_path import fixture_file
 from tests.recs import make_record
 

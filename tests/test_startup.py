@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = ("scipy", "aiohttp", "numpy", "jsonschema", "yaml", "tabulate", "loadgate.runs")
 CLIENT = ("loadgate.runs", "loadgate.load", "loadgate.analysis", "loadgate.gate", "loadgate.exactness",
@@ -58,3 +59,14 @@ def test_the_entry_point_starts_the_embedded_engine_before_it_imports_click():
 
 def test_the_early_childs_path_imports_neither_the_client_nor_the_command_line():
     assert imported_after("import loadgate.sim.serve, loadgate.sim.server", CLIENT + ("click", "loadgate.sim.cli")) == []
+
+
+def test_the_analysis_stage_and_the_verdict_load_no_network_code():
+    """Summaries, A/B statistics and the verdict read run folders: the Prometheus snapshots they
+    compare are `loadgate.snapshot`, and the verdict's words for a check that was not established
+    come from `loadgate.exactness.outcome`, not from the live check and its transport."""
+    mods = [p.stem for p in (Path(__file__).resolve().parents[1] / "loadgate" / "analysis").glob("*.py")
+            if p.stem != "__init__"]
+    assert len(mods) >= 8
+    statement = "import " + ", ".join([f"loadgate.analysis.{m}" for m in mods] + ["loadgate.verdict"])
+    assert imported_after(statement, ("aiohttp", "loadgate.exactness.check", "loadgate.load.target", "loadgate.engine.http")) == []

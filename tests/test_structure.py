@@ -18,6 +18,7 @@ PKG = Path(__file__).resolve().parents[1] / "loadgate"
 STAGES: tuple[tuple[str, ...], ...] = (
     ("loadgate.errors", "loadgate.jsonutil", "loadgate.version", "loadgate.secrets", "loadgate.runstate"),
     ("loadgate.config.knob", "loadgate.config.typed_yaml", "loadgate.config.simconfig", "loadgate.records",
+     "loadgate.snapshot", "loadgate.exactness.outcome",
      "loadgate.analysis.figures", "loadgate.analysis.metrics", "loadgate.analysis.thresholds",
      "loadgate.exactness.compare", "loadgate.exactness.contract", "loadgate.engine.adapters"),
     ("loadgate.config",),

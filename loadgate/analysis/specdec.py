@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgate.engine.servermetrics import Snapshot, delta, first_name
 from loadgate.records import Record
+from loadgate.snapshot import Snapshot, delta, first_name
 
 P = "vllm:"
 LLAMA = "llamacpp:"

@@ -16,9 +16,9 @@ from loadgate.analysis.metrics import summarize
 from loadgate.analysis.specdec import contamination, from_counters, from_records, prefix_cache, reconcile
 from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warnings
 from loadgate.config.profile import HealthBudgets
-from loadgate.engine.servermetrics import Snapshot
 from loadgate.jsonutil import load_json
 from loadgate.records import Damage, Record, read_records
+from loadgate.snapshot import Snapshot
 
 
 def snapshot_from_json(values: list[list[Any]]) -> Snapshot:

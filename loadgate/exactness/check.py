@@ -23,13 +23,14 @@ from typing import Any
 
 from loadgate.analysis.specdec import DRAFTS, prefix_cache
 from loadgate.config.profile import Scenarios
-from loadgate.engine.servermetrics import Snapshot, delta, first_name
 from loadgate.exactness.baseline import Baseline, seq_output
 from loadgate.exactness.compare import Comparison, compare
 from loadgate.exactness.contract import Contract, Verdict, passes, verdict
 from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.drift import scenario_drift, unstable
+from loadgate.exactness.outcome import RETRIES
 from loadgate.exactness.replay import CaseSender, Observed
+from loadgate.snapshot import Snapshot, delta, first_name
 
 
 @dataclass
@@ -215,30 +216,6 @@ def mark_in_flight_at_divergence(judged: list[SeqResult], observed: list[Observe
         if at is None:
             continue
         sr.in_flight_at_divergence = sum(1 for a, b in spans if a <= at <= b)
-
-
-RETRIES = 2  # a failed request is sent again at most this many times
-SHOWN_BY_NOTHING = ("protocol/", "sampling/", "stable/")  # not-established items that are not lost requests
-
-
-def lost_requests(items: list[str]) -> list[str]:
-    """The not-established items that are requests failed in transport ("scenario/case"), as
-    opposed to checks that showed nothing (protocol, sampling, stability)."""
-    return [x for x in items if not x.startswith(SHOWN_BY_NOTHING)]
-
-
-def not_established_words(items: list[str]) -> str:
-    """Why a check is not established, in one line: its lost requests apart from the checks that
-    showed nothing (the same words for `loadgate run`, `check` and `report`)."""
-    lost = lost_requests(items)
-    own = [x for x in items if x not in lost]
-    parts = []
-    if lost:
-        parts.append(f"{len(lost)} request(s) of the check failed in transport after {RETRIES} retries "
-                     f"({', '.join(lost[:5])}{' …' if len(lost) > 5 else ''}); nothing was compared for them")
-    if own:
-        parts.append("shown by nothing: " + "; ".join(own[:5]))
-    return "exactness not established: " + "; ".join(parts)
 
 
 async def _send_with_retries(sender: CaseSender, cases: list[Case], in_flight: int, tag: str

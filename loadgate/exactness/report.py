@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
-from loadgate.exactness.check import RETRIES, CheckResult, lost_requests
+from loadgate.exactness.check import CheckResult
 from loadgate.exactness.drift import TABLE_HEADERS, table_rows, totals_line
+from loadgate.exactness.outcome import RETRIES, lost_requests
 
 
 def result_json(r: CheckResult) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from loadgate.engine.connect import Engine
 from loadgate.errors import ExactnessFailed, ExactnessNotEstablished
-from loadgate.exactness.check import not_established_words
+from loadgate.exactness.outcome import not_established_words
 from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.check import CheckOutcome, check_engine, check_text, fingerprint_of
 from loadgate.gate.fingerprint import describe_diff, diff

@@ -48,9 +48,10 @@ import orjson
 from loadgate.analysis.specdec import GENERATED
 from loadgate.config.profile import Protocol
 from loadgate.engine.adapters.base import Decoded
-from loadgate.engine.servermetrics import GAUGES, Snapshot, first_name
+from loadgate.engine.servermetrics import GAUGES
 from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.replay import CaseSender
+from loadgate.snapshot import Snapshot, first_name
 
 Status = Literal["passed", "failed", "not applicable", "not established"]
 Scrape = Callable[[], Awaitable[Snapshot | None]]

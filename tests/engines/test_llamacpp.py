@@ -33,10 +33,10 @@ import yaml
 from loadgate.analysis.summary import snapshot_from_json
 from loadgate.cli import main
 from loadgate.engine.adapters.base import Decoded, GenRequest
-from loadgate.engine.servermetrics import delta
 from loadgate.exactness.corpus import Case, Corpus, load_corpus
 from loadgate.jsonutil import load_json
 from loadgate.records import read_records
+from loadgate.snapshot import delta
 
 from .conftest import first_difference, post_json
 
