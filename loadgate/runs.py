@@ -31,8 +31,6 @@ import orjson
 from loadgate.config.profile import Profile
 from loadgate.engine.adapters import CHAT_APIS
 from loadgate.engine.connect import Engine, open_engine, run_async
-from loadgate.engine.http import empty_prefix_cache
-from loadgate.engine.servermetrics import GaugeSampler, scrape
 from loadgate.errors import (
     EngineError,
     ExactnessFailed,
@@ -50,9 +48,9 @@ from loadgate.gate.check import CheckOutcome, capture, check_engine, check_text,
 from loadgate.gate.fingerprint import diff, fingerprint_hash
 from loadgate.jsonutil import dump_json
 from loadgate.load.executors import NEVER, StopFlag
-from loadgate.load.plan import Plan, build_plan, trace_of
-from loadgate.load.target import LiveTarget, target_spec
-from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
+from loadgate.load.levels import levels, run_levels
+from loadgate.load.plan import build_plan, trace_of
+from loadgate.load.target import target_spec
 from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.records import RecordWriter
 from loadgate.runstate import STATE_FILE, write_state
@@ -88,12 +86,6 @@ class RunResult:
     @property
     def exit_code(self) -> int:
         return self.judgement.verdict.code
-
-
-def _snapshot_json(s: Any) -> Any:
-    from loadgate.analysis.summary import snapshot_to_json
-
-    return snapshot_to_json(s)
 
 
 # --- run folders ------------------------------------------------------------------------------
@@ -150,14 +142,6 @@ def finished(run_dir: Path) -> RunResult:
     return result
 
 
-def levels(profile: Profile) -> list[int | float]:
-    load = profile.load
-    if load.rate is not None:
-        return [load.rate]
-    c = load.concurrency
-    return list(c) if isinstance(c, tuple) else [c or 1]
-
-
 # --- the performance phase ----------------------------------------------------------------------
 
 Tokens = tuple[TokenPool, int | None]
@@ -168,13 +152,6 @@ async def prepare_tokens(profile: Profile, e: Engine) -> Tokens:
     the exactness check so that a missing source fails in a second, not after the check."""
     return await token_pool(profile.workload.tokenizer, profile.resolve, e.session, e.base, e.model,
                             profile.target.api, profile.target.api in CHAT_APIS)
-
-
-async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
-                 runner: LiveTarget | WorkerGroup, stop: StopFlag) -> list[dict[str, Any]]:
-    if isinstance(runner, WorkerGroup):
-        return await runner.run(phase, writer, on_progress=tick)
-    return await run_phase_here(runner, plan, phase, writer, on_done=lambda: tick(1), stop_flag=stop)
 
 
 ROUNDS_PER_PAIR = 1000  # A/B pair i's levels are rounds i * 1000 + level index (see load.plan)
@@ -197,61 +174,20 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     spec = target_spec(profile, e.settings, e.base, e.model, timeout_s=profile.target.timeout_s,
                        stream=profile.load.stream, pool_text=tp.text if need_text else None,
                        prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport)
-    metrics_url = profile.metrics_url(e.base)
+    lv = levels(profile)
     t0 = perf_counter_ns()
     dump_json(run_dir / "meta.json", {
         "loadgate": __version__, "run_id": run_dir.name, "profile": profile.to_json(),
         "engine_url": e.base, "api": profile.target.api, "model": e.model, "t0_ns": t0,
         "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
-        "levels": levels(profile), "prompt_rounds": [(round_base + k) * (profile.workload.cache == "fresh")
-                                                     for k in range(len(levels(profile)))],
+        "levels": lv, "prompt_rounds": [(round_base + k) * (profile.workload.cache == "fresh") for k in range(len(lv))],
         "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
         "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
         "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure,
         "cpus": {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}, **(extra_meta or {})})
-    server: dict[str, Any] = {}
-    health: dict[str, Any] = {}
-    load = profile.load
-    with RecordWriter(run_dir / "records.jsonl") as writer, \
-            progress(len(plan) * len(levels(profile)), profile.name) as tick:
-        for index, level in enumerate(levels(profile)):
-            if stop.is_set():
-                break
-            round_ = round_base + index
-            if profile.workload.cache == "fresh" and round_ != plan.round:  # (warm: one plan for all)
-                plan = build_plan(profile, pool, round_)
-            reset = await empty_prefix_cache(e.session, e.base, profile.target.api) if load.reset_prefix_cache else None
-            tag = f"{run_dir.name}-L{level}"
-            # warmup and measurement share the connections (the warmup opens them), in this process
-            # or in worker processes kept for the level
-            runner = LiveTarget(spec, e.session) if load.workers == 1 else \
-                WorkerGroup(spec, profile, pool, load.workers, run_dir, stop, round_=round_)
-            try:
-                if plan.n_warmup:
-                    await _phase(plan, Phase(plan.warmup_requests(), level, load.rate is not None, tag + "w", t0,
-                                             load.max_in_flight, warmup=True), writer, tick, runner, stop)
-                if stop.is_set():
-                    break
-                before = await scrape(e.session, metrics_url)
-                sampler = GaugeSampler(e.session, metrics_url)
-                if before is not None:
-                    sampler.start()
-                try:
-                    health[str(level)] = await _phase(
-                        plan, Phase(plan.measured_requests(), level, load.rate is not None, tag, t0,
-                                    load.max_in_flight, load.duration_s), writer, tick, runner, stop)
-                finally:
-                    gauges = await sampler.stop()
-                after = await scrape(e.session, metrics_url)
-                server[str(level)] = {
-                    "before": None if before is None else _snapshot_json(before),
-                    "after": None if after is None else _snapshot_json(after), "gauges": gauges,
-                    "prefix_cache_reset": reset}  # the route that emptied the cache before the level (None: not asked)
-            finally:
-                if isinstance(runner, WorkerGroup):
-                    runner.close()
-                elif runner.pool is not None:
-                    runner.pool.close()
+    with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * len(lv), profile.name) as tick:
+        server, health = await run_levels(e, plan, pool, spec, lv, writer, tick, run_tag=run_dir.name, t0_ns=t0,
+                                          round_base=round_base, workers_dir=run_dir, stop=stop)
     dump_json(run_dir / "server.json", server)
     dump_json(run_dir / "health.json", health)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -60,3 +61,13 @@ def delta(before: Snapshot, after: Snapshot, name: str, **match: str) -> float |
 def first_name(snap: Snapshot, candidates: Iterable[str]) -> str | None:
     names = {n for n, _ in snap.values}
     return next((c for c in candidates if c in names), None)
+
+
+def snapshot_from_json(values: list[list[Any]]) -> Snapshot:
+    """server.json's samples; a null (a NaN gauge, written by versions that kept it) is left out."""
+    return Snapshot({(name, tuple((k, v) for k, v in labels)): float(val) for name, labels, val in values
+                     if val is not None})
+
+
+def snapshot_to_json(s: Snapshot, prefixes: tuple[str, ...] = ("vllm:", "sglang:", "llamacpp:")) -> list[list[Any]]:
+    return [[n, [list(kv) for kv in labels], v] for (n, labels), v in s.values.items() if n.startswith(prefixes)]

@@ -38,6 +38,11 @@ def test_the_readme_quickstart_block_is_what_a_fresh_run_prints():
             shutil.rmtree(d, ignore_errors=True)
     got = p.stdout.decode().rstrip("\n").split("\n")
     want = readme_block()
+    # The client's own health over its budgets is reported, not judged (analysis.validity.warnings):
+    # on a busy machine a run may add such a line, which the README's quiet run has not.
+    machine = ("warning: client event-loop lag p99 ", "warning: a client GC pause of ", "warning: the client used ")
+    assert not [x for x in want if x.startswith(machine)]
+    got = [x for x in got if not x.startswith(machine)]
     if p.returncode == 30:
         # Invalid: on a VM whose host took a share of the CPU the stamps cannot be proven; the run
         # must say so (the only acceptable cause here), and the rest reads the same.

@@ -59,11 +59,11 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
 
     from aiohttp import web
 
-    from loadgate.analysis.summary import snapshot_from_json, snapshot_to_json
     from loadgate.engine.connect import run_async
     from loadgate.engine.http import make_session
     from loadgate.engine.servermetrics import GaugeSampler, scrape
     from loadgate.jsonutil import dump_json, load_json
+    from loadgate.snapshot import snapshot_from_json, snapshot_to_json
 
     text = fixture_file("sglang-cpu", "metrics_after.txt").read_bytes()
     assert b"sglang:fwd_occupancy{" in text and b"} NaN" in text

@@ -169,3 +169,13 @@ def test_no_two_classes_in_loadgate_share_a_name():
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, []).append(f"{name}:{node.lineno}")
     assert {k: v for k, v in where.items() if len(v) > 1} == {}
+
+
+def test_the_run_orchestration_holds_no_loop_over_load_levels():
+    """The level loop is the load stage's (`loadgate.load.levels.run_levels`): `runs.py` neither
+    iterates levels nor builds a phase."""
+    tree = ast.parse(MODULES["loadgate.runs"].read_text())
+    loops = [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.For, ast.AsyncFor))
+             and "level" in ast.unparse(n.target).lower() + ast.unparse(n.iter).lower()]
+    phases = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "Phase"]
+    assert loops == [] and phases == [], (loops, phases)

@@ -18,17 +18,7 @@ from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warni
 from loadgate.config.profile import HealthBudgets
 from loadgate.jsonutil import load_json
 from loadgate.records import Damage, Record, read_records
-from loadgate.snapshot import Snapshot
-
-
-def snapshot_from_json(values: list[list[Any]]) -> Snapshot:
-    """server.json's samples; a null (a NaN gauge, written by versions that kept it) is left out."""
-    return Snapshot({(name, tuple((k, v) for k, v in labels)): float(val) for name, labels, val in values
-                     if val is not None})
-
-
-def snapshot_to_json(s: Snapshot, prefixes: tuple[str, ...] = ("vllm:", "sglang:", "llamacpp:")) -> list[list[Any]]:
-    return [[n, [list(kv) for kv in labels], v] for (n, labels), v in s.values.items() if n.startswith(prefixes)]
+from loadgate.snapshot import snapshot_from_json
 
 
 @dataclass(frozen=True)

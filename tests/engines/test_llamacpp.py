@@ -30,13 +30,12 @@ import orjson
 import pytest
 import yaml
 
-from loadgate.analysis.summary import snapshot_from_json
 from loadgate.cli import main
 from loadgate.engine.adapters.base import Decoded, GenRequest
 from loadgate.exactness.corpus import Case, Corpus, load_corpus
 from loadgate.jsonutil import load_json
 from loadgate.records import read_records
-from loadgate.snapshot import delta
+from loadgate.snapshot import delta, snapshot_from_json
 
 from .conftest import first_difference, post_json
 

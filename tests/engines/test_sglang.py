@@ -43,12 +43,12 @@ import orjson
 import pytest
 
 from loadgate.analysis.specdec import GENERATED, contamination
-from loadgate.analysis.summary import build_summary, snapshot_from_json
+from loadgate.analysis.summary import build_summary
 from loadgate.cli import main
 from loadgate.gate.fingerprint import VOLATILE_KEYS
 from loadgate.jsonutil import load_json
 from loadgate.records import read_records
-from loadgate.snapshot import Snapshot, delta, first_name, parse_metrics
+from loadgate.snapshot import Snapshot, delta, first_name, parse_metrics, snapshot_from_json
 
 from .conftest import _skip, first_difference, load_script, post_json
 from .sgl_kernel_guard import fail_if_shim_called, shim_calls

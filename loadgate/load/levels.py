@@ -1,0 +1,99 @@
+"""The performance phase's load levels, one after another: for each level (a concurrency of a
+closed loop, or the rate of an open loop), empty the prefix cache when asked, run the warmup, scrape
+the server's counters, run the measured requests while its gauges are sampled, and scrape again.
+
+`loadgate.runs.measure` opens the run folder's record writer and the progress bar, admits the gate's
+token and writes meta.json, then hands the levels to `run_levels` and writes what it returns
+(server.json: the snapshots and gauges per level; health.json: the client's health per level).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadgate.config.profile import Profile
+from loadgate.engine.connect import Engine
+from loadgate.engine.http import empty_prefix_cache
+from loadgate.engine.servermetrics import GaugeSampler, scrape
+from loadgate.load.executors import StopFlag
+from loadgate.load.plan import Plan, build_plan
+from loadgate.load.target import LiveTarget, TargetSpec
+from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
+from loadgate.records import RecordWriter
+from loadgate.snapshot import Snapshot, snapshot_to_json
+
+Tick = Callable[[int], None]
+
+
+def levels(profile: Profile) -> list[int | float]:
+    """The profile's load levels in the order they run: its rate (an open loop), or each of its
+    concurrencies (a closed loop; a list is a sweep)."""
+    load = profile.load
+    if load.rate is not None:
+        return [load.rate]
+    c = load.concurrency
+    return list(c) if isinstance(c, tuple) else [c or 1]
+
+
+async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
+                 runner: LiveTarget | WorkerGroup, stop: StopFlag) -> list[dict[str, Any]]:
+    if isinstance(runner, WorkerGroup):
+        return await runner.run(phase, writer, on_progress=tick)
+    return await run_phase_here(runner, plan, phase, writer, on_done=lambda: tick(1), stop_flag=stop)
+
+
+def _snapshot(s: Snapshot | None) -> Any:
+    return None if s is None else snapshot_to_json(s)
+
+
+async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[int | float],
+                     writer: RecordWriter, tick: Tick, *, run_tag: str, t0_ns: int, round_base: int,
+                     workers_dir: Path, stop: StopFlag) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run every level (see the module docstring); (server.json's, health.json's) contents, keyed by
+    level. Level k sends the prompts of round `round_base + k` (`workload.cache: fresh`; see
+    load.plan). A stop between levels (or phases) ends the loop with what was measured."""
+    profile = e.profile
+    load = profile.load
+    metrics_url = profile.metrics_url(e.base)
+    server: dict[str, Any] = {}
+    health: dict[str, Any] = {}
+    for index, level in enumerate(level_list):
+        if stop.is_set():
+            break
+        round_ = round_base + index
+        if profile.workload.cache == "fresh" and round_ != plan.round:  # (warm: one plan for all)
+            plan = build_plan(profile, pool, round_)
+        reset = await empty_prefix_cache(e.session, e.base, profile.target.api) if load.reset_prefix_cache else None
+        tag = f"{run_tag}-L{level}"
+        # warmup and measurement share the connections (the warmup opens them), in this process
+        # or in worker processes kept for the level
+        runner = LiveTarget(spec, e.session) if load.workers == 1 else \
+            WorkerGroup(spec, profile, pool, load.workers, workers_dir, stop, round_=round_)
+        try:
+            if plan.n_warmup:
+                await _phase(plan, Phase(plan.warmup_requests(), level, load.rate is not None, tag + "w", t0_ns,
+                                         load.max_in_flight, warmup=True), writer, tick, runner, stop)
+            if stop.is_set():
+                break
+            before = await scrape(e.session, metrics_url)
+            sampler = GaugeSampler(e.session, metrics_url)
+            if before is not None:
+                sampler.start()
+            try:
+                health[str(level)] = await _phase(
+                    plan, Phase(plan.measured_requests(), level, load.rate is not None, tag, t0_ns,
+                                load.max_in_flight, load.duration_s), writer, tick, runner, stop)
+            finally:
+                gauges = await sampler.stop()
+            after = await scrape(e.session, metrics_url)
+            server[str(level)] = {
+                "before": _snapshot(before), "after": _snapshot(after), "gauges": gauges,
+                "prefix_cache_reset": reset}  # the route that emptied the cache before the level (None: not asked)
+        finally:
+            if isinstance(runner, WorkerGroup):
+                runner.close()
+            elif runner.pool is not None:
+                runner.pool.close()
+    return server, health
