@@ -318,6 +318,7 @@ def test_a_failing_load_worker_is_one_line_in_the_parent_and_keeps_its_exit_code
     import asyncio
 
     from loadgate.errors import EngineError, UsageError
+    from loadgate.load.executors import Concurrency
     from loadgate.load.target import TargetSpec
     from loadgate.load.workers import Phase, WorkerGroup, _worker_error
     from loadgate.records import RecordWriter
@@ -329,7 +330,7 @@ def test_a_failing_load_worker_is_one_line_in_the_parent_and_keeps_its_exit_code
         group = WorkerGroup(spec, prof, list(range(100, 200)), 2, tmp_path)
         try:
             with RecordWriter(tmp_path / "records.jsonl") as w:
-                await group.run(Phase(range(0, 4), 2, False, "t", 0), w)
+                await group.run(Phase(range(0, 4), Concurrency(2), "t", 0), w)
         finally:
             group.close()
 

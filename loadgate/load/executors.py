@@ -39,6 +39,33 @@ class StopFlag:
 NEVER = StopFlag()
 
 
+@dataclass(frozen=True)
+class Concurrency:
+    """A closed-loop level: this many requests in flight, the next one sent when one finishes."""
+
+    n: int
+
+    @property
+    def level(self) -> int:
+        return self.n
+
+
+@dataclass(frozen=True)
+class Rate:
+    """An open-loop level: requests start at their planned arrival times (`per_s` on average), at
+    most `max_in_flight` at once (None: no cap)."""
+
+    per_s: float
+    max_in_flight: int | None = None
+
+    @property
+    def level(self) -> float:
+        return self.per_s
+
+
+LoadLevel = Concurrency | Rate  # what a profile's `load.concurrency | load.rate` becomes, as typed
+
+
 async def run_one(t: LiveTarget, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
                   ready_ns: int, intended_ns: int | None) -> None:
     body = t.bodies.pop(req.i, None) or body_for(t, req)

@@ -17,7 +17,7 @@ from loadgate.config.profile import Profile
 from loadgate.engine.connect import Engine
 from loadgate.engine.http import empty_prefix_cache
 from loadgate.engine.servermetrics import GaugeSampler, scrape
-from loadgate.load.executors import StopFlag
+from loadgate.load.executors import Concurrency, LoadLevel, Rate, StopFlag
 from loadgate.load.plan import Plan, build_plan
 from loadgate.load.target import LiveTarget, TargetSpec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
@@ -27,14 +27,14 @@ from loadgate.snapshot import Snapshot, snapshot_to_json
 Tick = Callable[[int], None]
 
 
-def levels(profile: Profile) -> list[int | float]:
-    """The profile's load levels in the order they run: its rate (an open loop), or each of its
-    concurrencies (a closed loop; a list is a sweep)."""
+def levels(profile: Profile) -> list[LoadLevel]:
+    """The profile's load levels in the order they run: its rate (an open loop, with its cap), or
+    each of its concurrencies (a closed loop; a list is a sweep). `.level` is each one's number."""
     load = profile.load
     if load.rate is not None:
-        return [load.rate]
+        return [Rate(load.rate, load.max_in_flight)]
     c = load.concurrency
-    return list(c) if isinstance(c, tuple) else [c or 1]
+    return [Concurrency(n) for n in (c if isinstance(c, tuple) else (c or 1,))]
 
 
 async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
@@ -48,7 +48,7 @@ def _snapshot(s: Snapshot | None) -> Any:
     return None if s is None else snapshot_to_json(s)
 
 
-async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[int | float],
+async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],
                      writer: RecordWriter, tick: Tick, *, run_tag: str, t0_ns: int, round_base: int,
                      workers_dir: Path, stop: StopFlag) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run every level (see the module docstring); (server.json's, health.json's) contents, keyed by
@@ -59,7 +59,8 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
     metrics_url = profile.metrics_url(e.base)
     server: dict[str, Any] = {}
     health: dict[str, Any] = {}
-    for index, level in enumerate(level_list):
+    for index, loop in enumerate(level_list):
+        level = loop.level
         if stop.is_set():
             break
         round_ = round_base + index
@@ -73,8 +74,8 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             WorkerGroup(spec, profile, pool, load.workers, workers_dir, stop, round_=round_)
         try:
             if plan.n_warmup:
-                await _phase(plan, Phase(plan.warmup_requests(), level, load.rate is not None, tag + "w", t0_ns,
-                                         load.max_in_flight, warmup=True), writer, tick, runner, stop)
+                await _phase(plan, Phase(plan.warmup_requests(), loop, tag + "w", t0_ns, warmup=True),
+                             writer, tick, runner, stop)
             if stop.is_set():
                 break
             before = await scrape(e.session, metrics_url)
@@ -83,8 +84,8 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
                 sampler.start()
             try:
                 health[str(level)] = await _phase(
-                    plan, Phase(plan.measured_requests(), level, load.rate is not None, tag, t0_ns,
-                                load.max_in_flight, load.duration_s), writer, tick, runner, stop)
+                    plan, Phase(plan.measured_requests(), loop, tag, t0_ns, load.duration_s), writer, tick,
+                    runner, stop)
             finally:
                 gauges = await sampler.stop()
             after = await scrape(e.session, metrics_url)

@@ -19,6 +19,7 @@ boundaries.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import multiprocessing as mp
 import os
@@ -35,7 +36,7 @@ from loadgate.config.profile import Profile
 from loadgate.engine.connect import run_async
 from loadgate.engine.http import make_session
 from loadgate.load.exchanges import log_path
-from loadgate.load.executors import NEVER, ClosedLoop, OpenLoop, StopFlag
+from loadgate.load.executors import NEVER, ClosedLoop, Concurrency, LoadLevel, OpenLoop, Rate, StopFlag
 from loadgate.load.health import STEAL_TRUSTED, HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
@@ -47,11 +48,9 @@ from loadgate.records import RecordWriter
 @dataclass(frozen=True)
 class Phase:
     indices: range  # plan indices sent in this phase
-    level: int | float  # concurrency (closed loop) or rate (open loop)
-    open_loop: bool
+    loop: LoadLevel  # a closed loop's concurrency or an open loop's rate (and cap)
     run_tag: str
     t0_ns: int
-    max_in_flight: int | None = None
     duration_s: float | None = None
     warmup: bool = False  # workers split it k % n (every slot gets one), not by the shared counter
 
@@ -102,8 +101,8 @@ async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorde
     gc.disable()
     failed: BaseException | None = None
     try:
-        if phase.open_loop:
-            await OpenLoop(float(phase.level), start_ns or perf_counter_ns(), phase.max_in_flight, stop,
+        if isinstance(phase.loop, Rate):
+            await OpenLoop(phase.loop.per_s, start_ns or perf_counter_ns(), phase.loop.max_in_flight, stop,
                            stop_flag).run(target, (plan[k] for k in phase.indices if mine(k)), recorder,
                                           run_tag=phase.run_tag, t0_ns=phase.t0_ns)
         else:
@@ -111,7 +110,7 @@ async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorde
                 while next_index is not None and (k := next_index()) is not None:
                     yield plan[k]
             src = draw() if next_index is not None else (plan[k] for k in phase.indices if mine(k))
-            await ClosedLoop(concurrency or int(phase.level), int(phase.level), stop, stop_flag).run(
+            await ClosedLoop(concurrency or phase.loop.n, phase.loop.n, stop, stop_flag).run(
                 target, src, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
         health = await monitor.stop()
     except BaseException as e:
@@ -329,17 +328,19 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                     LOOP_TURNS.after_blocking()  # a lock shared with the other processes may have slept
                     return None if k >= end else int(k)
 
-                shared = not phase.open_loop and not phase.warmup  # drawn from the shared counter: any k
+                closed = isinstance(phase.loop, Concurrency)
+                shared = closed and not phase.warmup  # drawn from the shared counter: any k
                 prepare(target, plan, (k for k in phase.indices if shared or k % n == j))
                 outbox.put(("ready", j))
                 start_ns = await loop.run_in_executor(None, inbox.get)
                 if start_ns is None:  # the parent gave up before the start: send nothing
                     gc.unfreeze()
                     return
-                conc = _share(int(phase.level), n, j) if not phase.open_loop else None
-                p = phase if not phase.open_loop or not phase.max_in_flight else \
-                    Phase(phase.indices, phase.level, True, phase.run_tag, phase.t0_ns,
-                          max(1, _share(phase.max_in_flight, n, j)), phase.duration_s, phase.warmup)
+                conc = _share(phase.loop.n, n, j) if isinstance(phase.loop, Concurrency) else None
+                p = phase  # an open loop's cap is shared out too
+                if isinstance(phase.loop, Rate) and phase.loop.max_in_flight:
+                    p = dataclasses.replace(phase, loop=Rate(phase.loop.per_s,
+                                                             max(1, _share(phase.loop.max_in_flight, n, j))))
                 health: dict[str, Any] = {}
                 with RecordWriter(Path(part)) as writer:
                     if conc != 0:
@@ -347,7 +348,7 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                                        log=log_path(writer.path.parent, phase.run_tag, writer.path.stem))
                         health = await _drive(target, plan, p, rec,
                                               concurrency=conc,
-                                              next_index=None if phase.open_loop or phase.warmup else next_index,
+                                              next_index=next_index if shared else None,
                                               start_ns=start_ns, mine=lambda k: k % n == j,
                                               stop_flag=StopFlag(stopping), prepared=True)
                     else:  # no share of this phase: undo `prepare`
