@@ -63,11 +63,31 @@ def test_a_child_started_for_a_profile_is_handed_over_with_the_profiles_settings
         early.stop_all()
 
 
-def test_a_child_whose_settings_differ_is_stopped_not_handed_over(tmp_path):
+def _refused_once(tmp_path: Path) -> tuple[Path, int]:
+    """An early child for a profile with k=3 speculation, asked for once with the defaults."""
     p = _profile(tmp_path, k=3)
     early.spawn_for_profile(str(p))
     pid = early.EARLY[0].proc.pid
-    assert take_prestarted(SimConfig()) is None  # k=3 speculation vs the defaults
+    assert take_prestarted(SimConfig()) is None
+    return p, pid
+
+
+def test_a_child_whose_settings_differ_is_not_handed_over_and_waits_for_its_own_taker(tmp_path):
+    """An A/B run opens its baseline's engine first: the candidate's early child must survive that."""
+    p, pid = _refused_once(tmp_path)
+    try:
+        assert [c.proc.pid for c in early.EARLY] == [pid]
+        sim = take_prestarted(load_profile(str(p)).target.sim)
+        assert sim is not None and sim.pid == pid and not early.EARLY
+        sim.stop()
+        assert _gone(pid)
+    finally:
+        early.stop_all()
+
+
+def test_an_early_child_nobody_takes_is_stopped_with_the_command(tmp_path):
+    _, pid = _refused_once(tmp_path)
+    early.stop_all()
     assert not early.EARLY and _gone(pid)
 
 

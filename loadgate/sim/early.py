@@ -12,7 +12,8 @@ The child prints `CONFIG_LINE` + its settings (JSON) once it has read them, befo
 a profile whose target is not `endpoint: embedded`, or one it cannot read, makes it exit at once
 without a word (the command's own loading reports the profile's faults). When the command has loaded
 the profile it hands the child over with `loadgate.sim.process.take_prestarted(settings)`, which
-compares those settings byte for byte and stops a child that does not match. The child's stdin is
+compares those settings byte for byte (a child that does not match stays for another taker, and is
+stopped with the rest when the command ends). The child's stdin is
 a pipe from the command: when the command ends in any way (an error before it ever loads the
 profile, `os._exit`, SIGKILL), the pipe closes and the child stops itself.
 """
@@ -35,6 +36,7 @@ class EarlyChild:
     def __init__(self, proc: subprocess.Popen[bytes], profile: str) -> None:
         self.proc = proc
         self.profile = profile
+        self.settings: bytes | None = None  # its config line, once read (b"": it exited first)
 
     def stop(self) -> None:
         stop_child(self.proc)

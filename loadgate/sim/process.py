@@ -166,17 +166,21 @@ def prestart(profile_path: str) -> None:
 
 def take_prestarted(cfg: SimConfig, timeout: float = 30.0) -> SimProcess | None:
     """A prestarted simulator whose settings are exactly these, handed over (its ready line is read
-    later, by `wait`); one with other settings, or that exited, is stopped."""
+    later, by `wait`). One that exited is dropped; one with other settings stays for another taker
+    (an A/B run opens its baseline's engine first) and is stopped with the rest at the end."""
     want = orjson.dumps(cfg)
-    while EARLY:
-        child = EARLY.pop(0)
-        got = _config_line(child.proc, time.monotonic() + timeout)
-        if got is not None and got == want:
+    for child in list(EARLY):
+        if child.settings is None:
+            child.settings = _config_line(child.proc, time.monotonic() + timeout) or b""
+        if not child.settings:  # it exited without serving: not an embedded target, or unreadable
+            EARLY.remove(child)
+            child.stop()
+        elif child.settings == want:
+            EARLY.remove(child)
             sim = SimProcess(cfg)
             sim._proc = child.proc
             atexit.register(sim.stop)
             return sim
-        child.stop()
     return None
 
 
