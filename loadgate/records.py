@@ -80,6 +80,10 @@ SCHEMA_VERSION = 5
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
+# The host took at most this share of the machine's CPU time during a phase (health.json's
+# host_steal_fraction): a quiet loop turn's wake is timed. Read as records are made and as runs are judged.
+STEAL_TRUSTED = 0.02
+
 @dataclass(frozen=True, slots=True)
 class RecordError:
     kind: str

@@ -11,9 +11,9 @@ import dataclasses
 import pytest
 
 from loadgate.analysis.summary import build_summary
-from loadgate.analysis.validity import STEAL_TRUSTED
 from loadgate.config.profile import HealthBudgets
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig
+from loadgate.records import STEAL_TRUSTED
 from loadgate.sim.process import SimProcess
 from tests.simtruth import profile_for, run
 

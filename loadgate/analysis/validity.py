@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from loadgate.analysis.metrics import lag_percentiles
-from loadgate.load.health import STEAL_TRUSTED
-from loadgate.records import Record
+from loadgate.records import STEAL_TRUSTED, Record
 
 
 def schedule_lag(records: list[Record]) -> dict[str, float | None] | None:

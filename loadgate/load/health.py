@@ -25,8 +25,6 @@ from typing import Any
 
 from loadgate.analysis.metrics import lag_percentiles
 
-STEAL_TRUSTED = 0.02  # the host took at most this share of the machine's CPU time: a quiet loop turn's wake is timed
-
 
 def host_ticks() -> tuple[int, int] | None:
     """(all CPU ticks, steal ticks) of this machine so far, from /proc/stat's first line (steal: the

@@ -40,7 +40,7 @@ one event each) then gets a bound of tens of microseconds in a quiet turn, inste
 since the stream's previous read. Not covered: sleeps outside the poll that nobody reported with
 `after_blocking`; a wake the host held up where the turn's reads are of several segments (their
 stamps are their last segments', so the held-up first one does not show): no guest clock times
-that, so where the host took a share of the CPU during the phase (`load.health.STEAL_TRUSTED`) such
+that, so where the host took a share of the CPU during the phase (`records.STEAL_TRUSTED`) such
 reads keep the poll's start (`target.finish_socket`); and packets stamped long before they became readable (delivery held up by the
 kernel or the hypervisor: seen on a shared 2-core virtual machine, where a whole engine step's
 packets for 8 streams were read 8.6 ms after their stamps, together with the next step's). No

@@ -37,12 +37,12 @@ from loadgate.engine.connect import run_async
 from loadgate.engine.http import make_session
 from loadgate.load.exchanges import log_path
 from loadgate.load.executors import NEVER, ClosedLoop, Concurrency, LoadLevel, OpenLoop, Rate, StopFlag
-from loadgate.load.health import STEAL_TRUSTED, HealthMonitor
+from loadgate.load.health import HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
 from loadgate.load.target import LiveTarget, TargetSpec, body_for
 from loadgate.load.turns import LOOP_TURNS
-from loadgate.records import RecordWriter
+from loadgate.records import STEAL_TRUSTED, RecordWriter
 
 
 @dataclass(frozen=True)
