@@ -4,7 +4,10 @@ The servers are the simulator, requiring an API key (`api_key_env`) or serving T
 
 from __future__ import annotations
 
+import os
+import ssl
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +159,38 @@ def test_https_without_the_ca_fails_clearly(tmp_path, pki, capsys):
     assert code == 3 and "CERTIFICATE_VERIFY_FAILED" in err and "\n" not in err.strip(), err
     assert "give the CA that signed it in target.tls.ca_file" in err, err
     assert "client_cert" not in err and "workload.tokenizer" not in err, err  # hints for other failures
+
+
+def test_the_command_imports_aiohttp_without_the_system_cas_and_puts_the_environment_back():
+    """aiohttp's import-time default contexts hold no CA (the ~140 ms of loading them saved), and the
+    variables that hid the store are as they were: set ones restored, unset ones unset again."""
+    code = ("import os, ssl; os.environ['SSL_CERT_DIR'] = '/etc/ssl/certs'; os.environ.pop('SSL_CERT_FILE', None); "
+            "from loadgate.entry import import_aiohttp_without_system_cas as f; f(); import aiohttp.connector as c; "
+            "print(c._SSL_CONTEXT_VERIFIED.cert_store_stats()['x509_ca'], os.environ.get('SSL_CERT_DIR'), "
+            "'SSL_CERT_FILE' in os.environ)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["0", "/etc/ssl/certs", "False"]
+
+
+def test_an_https_engine_signed_by_a_ca_of_the_system_store_is_reached_by_the_loadgate_command(tmp_path, pki):
+    """The command imports aiohttp with the store hidden; the session it opens to an https engine
+    (and its https /metrics) still verifies against the store, read when the session is made. The
+    store here is the private CA, as OpenSSL's SSL_CERT_FILE names it; no `target.tls`."""
+    with tls_sim(pki) as sim:
+        p = profile(tmp_path, "store", {"endpoint": sim.url, "metrics_url": sim.url + "/metrics"})
+        env = {**os.environ, "SSL_CERT_FILE": str(pki / "ca.pem")}
+        r = subprocess.run([sys.executable, "-m", "loadgate", "run", "-q", "--unverified", str(p)], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert r.returncode == 11 and "8 succeeded, 0 failed" in r.stdout, (r.returncode, r.stdout, r.stderr)
+
+
+def test_a_session_to_an_http_engine_whose_metrics_are_https_carries_the_profiles_tls():
+    from loadgate.engine.http import SessionSettings, TlsFiles
+
+    s = SessionSettings({}, TlsFiles(insecure=True))
+    assert s.ssl_for("http://127.0.0.1:8000") is None
+    ctx = s.ssl_for("http://127.0.0.1:8000", "https://127.0.0.1:9100/metrics")
+    assert ctx is not None and ctx.verify_mode == ssl.CERT_NONE
 
 
 def test_a_server_that_requires_a_client_certificate(tmp_path, pki, capsys):

@@ -80,7 +80,7 @@ async def open_engine(profile: Profile) -> AsyncIterator[Engine]:
     settings = session_settings(profile.target, profile.resolve)
     if profile.target.endpoint != "embedded":
         refuse_proxies(profile.target.endpoint)
-    async with engine_url(profile) as base, make_session(settings.headers, settings.ssl_for(base)) as session:
+    async with engine_url(profile) as base, make_session(settings.headers, settings.ssl_for(base, profile.metrics_url(base))) as session:
         yield Engine(base, session, profile.target.model or await discover_model(session, base), profile, settings)
 
 

@@ -62,8 +62,10 @@ class SessionSettings:
     headers: dict[str, str]
     tls: TlsFiles
 
-    def ssl_for(self, url: str) -> ssl.SSLContext | None:
-        return self.tls.context() if urlsplit(url).scheme == "https" else None
+    def ssl_for(self, *urls: str) -> ssl.SSLContext | None:
+        """The context for a session that will speak to these URLs: built from `tls` (the system's
+        CAs, or `ca_file`) when any of them is https, else None (plain http needs none)."""
+        return self.tls.context() if any(urlsplit(u).scheme == "https" for u in urls) else None
 
 
 def session_settings(target: Any, resolve: Callable[[str], Path]) -> SessionSettings:

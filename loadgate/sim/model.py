@@ -117,7 +117,8 @@ class SimModel:
         self._depth = 0.2 + taus[:, None] * log_tail[None, :]  # (tau, rank); ranks 0, 1 unused
         self._depth[:, :2] = 0.0
         tails = [math.fsum(math.exp(-d) for d in row[2:].tolist()) for row in self._depth]
-        self._lse = np.array([[math.log(1.0 + math.exp(-g) * (1.0 + s)) for g in self._gaps.tolist()]
+        exp_neg_gaps = [math.exp(-g) for g in self._gaps.tolist()]  # the same for every tau: once
+        self._lse = np.array([[math.log(1.0 + e * (1.0 + s)) for e in exp_neg_gaps]
                               for s in tails])  # (tau, gap level)
 
     # ---- context hashing -------------------------------------------------------------------
