@@ -33,8 +33,8 @@ from typing import Any
 from loadgate.analysis import ab
 from loadgate.analysis.abstats import FigureComparison, comparisons_json
 from loadgate.analysis.summary import Summary, build_summary
-from loadgate.analysis.thresholds import LevelJudgement, judged_json
-from loadgate.analysis.thresholds import judge as judge_thresholds
+from loadgate.core.thresholds import LevelJudgement, judged_json
+from loadgate.core.thresholds import judge as judge_thresholds
 from loadgate.errors import EXIT_CODES, Exit
 from loadgate.exactness.outcome import not_established_words
 from loadgate.jsonutil import dump_json, load_json

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from loadgate.config.contract import Contract
 from loadgate.exactness.compare import SeqOutput, compare, ulp_distance
-from loadgate.exactness.contract import Contract, passes, verdict
+from loadgate.exactness.contract import passes, verdict
 
 
 def out(ids, lps=None, top=None, fr="length", ph=()):

@@ -1,5 +1,5 @@
 """One figure registry: thresholds, A/B, the tables and `ab.decide_on` list exactly its figures, and
-adding a figure is one entry (the README's own example, run here)."""
+adding a figure is one entry (docs/contributing.md's own example, run here)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from loadgate.analysis import abstats, figures, thresholds
-from loadgate.analysis.figures import Figure
+from loadgate.analysis import abstats
 from loadgate.analysis.summary import level_summary
 from loadgate.config.profile import AB
+from loadgate.core import figures, thresholds
+from loadgate.core.figures import Figure
 from loadgate.records import Record
 from loadgate.report.html import level_table_html
 from loadgate.report.table import level_table
 from tests.recs import make_record
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+RECIPES = Path(__file__).resolve().parents[1] / "docs" / "contributing.md"
 PROFILE = {"workload": {"token_mismatch_limit": 0.0}}
 
 
@@ -47,16 +48,16 @@ def test_thresholds_ab_and_tables_list_exactly_the_registrys_figures():
     assert level_table_html(s).count("<tr><td>") == len(figures.table_rows())
 
 
-def readme_example() -> str:
-    text = README.read_text()
-    block = text[text.index("**Adding a figure**"):]
+def recipe_example() -> str:
+    text = RECIPES.read_text()
+    block = text[text.index("## Add a figure"):]
     return re.search(r"```python\n(.*?)```", block, re.S).group(1)  # type: ignore[union-attr]
 
 
 def test_adding_a_figure_is_one_registry_entry(monkeypatch):
-    """The README's example entry, added to the registry: the summary computes it, the table shows
+    """docs/contributing.md's example entry, added to the registry: the summary computes it, the table shows
     it, a threshold on it parses and is judged, A/B compares it, `ab.decide_on` accepts it."""
-    code = readme_example()
+    code = recipe_example()
     ns: dict = {"Record": Record, "Figure": Figure}
     exec(code.replace("\n\nFigure(", "\n\nentry = Figure(").rstrip().rstrip(","), ns)  # the entry, named
     new: Figure = ns["entry"]

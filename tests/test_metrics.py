@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import stats, summarize, throughput
+from loadgate.core.figures import figure
 from loadgate.records import Record
 
 MS = 1_000_000

@@ -18,13 +18,13 @@ pytest.importorskip("matplotlib")
 import matplotlib.image as mpimg  # noqa: E402
 import numpy as np  # noqa: E402
 
-from loadgate.analysis.figures import figure  # noqa: E402
 from loadgate.analysis.metrics import summarize  # noqa: E402
 from loadgate.analysis.summary import (
     build_summary,  # noqa: E402
     level_summary,  # noqa: E402
 )
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig  # noqa: E402
+from loadgate.core.figures import figure  # noqa: E402
 from loadgate.errors import UsageError  # noqa: E402
 from loadgate.records import (
     Record,  # noqa: E402

@@ -88,8 +88,8 @@ def test_a_protocol_request_that_fails_in_transport_leaves_the_check_not_establi
 def test_protocol_results_join_the_verdict_as_failed_or_not_established():
     """`add_protocol`: a failed check is a reason (exit 10), one not established an item that is
     not a lost request (exit 11, worded apart), passed and not-applicable ones change nothing."""
+    from loadgate.config.contract import Contract
     from loadgate.exactness.check import CheckResult
-    from loadgate.exactness.contract import Contract
     from loadgate.exactness.outcome import lost_requests
 
     def result(statuses: list[str]) -> CheckResult:

@@ -65,8 +65,9 @@ def test_the_analysis_stage_and_the_verdict_load_no_network_code():
     """Summaries, A/B statistics and the verdict read run folders: the Prometheus snapshots they
     compare are `loadgate.snapshot`, and the verdict's words for a check that was not established
     come from `loadgate.exactness.outcome`, not from the live check and its transport."""
-    mods = [p.stem for p in (Path(__file__).resolve().parents[1] / "loadgate" / "analysis").glob("*.py")
+    pkg = Path(__file__).resolve().parents[1] / "loadgate"
+    mods = [f"loadgate.{d}.{p.stem}" for d in ("analysis", "core") for p in (pkg / d).glob("*.py")
             if p.stem != "__init__"]
-    assert len(mods) >= 8
-    statement = "import " + ", ".join([f"loadgate.analysis.{m}" for m in mods] + ["loadgate.verdict"])
+    assert len(mods) >= 9
+    statement = "import " + ", ".join(mods + ["loadgate.verdict"])
     assert imported_after(statement, ("aiohttp", "loadgate.exactness.check", "loadgate.load.target", "loadgate.engine.http")) == []

@@ -6,33 +6,34 @@ stdout or stderr."""
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "loadgate"
 
-# Stages, lowest first. A module belongs to the longest prefix that names it; it may import only
-# modules of its own stage or lower ones. Stage 1 is the vocabulary every stage speaks: the
-# settings and record formats, the figure registry and threshold grammar, the contract, the API
-# adapters (pure encoding and decoding).
+# Stages, lowest first: the package's folders in their import order, with the top-level modules
+# placed among them. A module belongs to the longest prefix that names it; it may import only
+# modules of its own stage or lower ones. So the folders themselves show the layers: the bottom
+# is the top-level vocabulary modules (exit codes, records, Prometheus snapshots) and `core/` (the
+# figure registry, the threshold grammar, the API names), which every stage reads.
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("loadgate.errors", "loadgate.jsonutil", "loadgate.version", "loadgate.secrets", "loadgate.runstate"),
-    ("loadgate.config.knob", "loadgate.config.typed_yaml", "loadgate.config.simconfig", "loadgate.records",
-     "loadgate.snapshot", "loadgate.exactness.outcome",
-     "loadgate.analysis.figures", "loadgate.analysis.metrics", "loadgate.analysis.thresholds",
-     "loadgate.exactness.compare", "loadgate.exactness.contract", "loadgate.engine.adapters"),
+    ("loadgate.errors", "loadgate.jsonutil", "loadgate.version", "loadgate.secrets", "loadgate.runstate",
+     "loadgate.records", "loadgate.snapshot"),
+    ("loadgate.core",),
     ("loadgate.config",),
+    ("loadgate.analysis",),
     ("loadgate.sim",),
     ("loadgate.engine",),
     ("loadgate.load",),
-    ("loadgate.analysis",),
     ("loadgate.exactness",),
     ("loadgate.gate",),
     ("loadgate.verdict",),
     ("loadgate.report",),
     ("loadgate.runs",),
-    ("loadgate.commands", "loadgate.cli", "loadgate", "loadgate.__main__"),
+    ("loadgate.commands", "loadgate.cli", "loadgate.entry", "loadgate", "loadgate.__main__"),
 )
+FOLDERS = sorted({p.parent.name for p in PKG.glob("*/__init__.py")})
 COMMAND_LAYER = {"loadgate.entry", "loadgate.cli", "loadgate.commands", "loadgate.sim.cli",
                  "loadgate.sim.serve"}  # serve: the early child's command line, which has no click
 SIM_IMPORTERS = {"loadgate.engine.connect", "loadgate.entry", "loadgate.cli", "loadgate.commands"}  # entry, commands: the early start
@@ -81,6 +82,7 @@ def stage(name: str) -> int:
     return best
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
     return {m: {t for t, _ in imports(m) if t != "loadgate" or m == "loadgate"} for m in MODULES}
 
@@ -113,6 +115,47 @@ def find_cycles(g: dict[str, set[str]]) -> list[list[str]]:
 def test_the_imports_form_no_cycle():
     cycles = find_cycles(graph())
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles[:5])
+
+
+def folder_of(name: str) -> str:
+    """`loadgate.<folder>` for a module inside a folder, the module's own name otherwise."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or MODULES[name].name == "__init__.py" else name
+
+
+def folder_graph() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for m, targets in graph().items():
+        out.setdefault(folder_of(m), set()).update(folder_of(t) for t in targets if folder_of(t) != folder_of(m))
+    return out
+
+
+def test_every_folder_is_a_stage_of_its_own_and_the_folders_import_no_cycle():
+    """Each folder is one stage in STAGES (the order is the folders', not a list of modules), and at
+    folder level the imports form no cycle either."""
+    assert FOLDERS and all(any(p == f"loadgate.{f}" for ps in STAGES for p in ps) for f in FOLDERS)
+    prefixes = [p for ps in STAGES for p in ps]
+    assert all(p.count(".") <= 1 for p in prefixes), "a stage names a module inside a folder"
+    cycles = find_cycles(folder_graph())
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles[:5])
+
+
+def reach(name: str) -> set[str]:
+    """Every module `name` imports, directly or through others."""
+    g, seen, todo = graph(), set(), [name]
+    while todo:
+        for t in g[todo.pop()]:
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
+def test_nothing_the_load_and_analysis_stages_import_reaches_the_stages_above_them():
+    above = ("loadgate.runs", "loadgate.gate", "loadgate.verdict", "loadgate.report", "loadgate.commands")
+    bad = [f"{m} reaches {t}" for m in MODULES if m.startswith(("loadgate.load", "loadgate.analysis"))
+           for t in reach(m) if t.startswith(above)]
+    assert not bad, "\n".join(bad[:10])
 
 
 def test_only_the_embedded_launch_and_the_command_line_import_the_simulator():
@@ -156,7 +199,9 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     assert writes_to_the_terminal("loadgate.commands")
     assert any(t.startswith("loadgate.sim") for t, _ in imports("loadgate.engine.connect"))
     assert stage("loadgate.records") < stage("loadgate.load.plan") < stage("loadgate.gate.policy")
-    assert stage("loadgate.exactness.contract") < stage("loadgate.config.profile") < stage("loadgate.exactness.check")
+    assert stage("loadgate.core.figures") < stage("loadgate.config.contract") < stage("loadgate.exactness.contract")
+    assert "loadgate.engine" in folder_graph()["loadgate.load"]
+    assert any(t.startswith("loadgate.gate.") for t in reach("loadgate.commands"))
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert find_cycles({"a": {"b"}, "b": set()}) == []
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgate.analysis.summary import Acceptance, LevelSummary, level_summary
-from loadgate.analysis.thresholds import (
+from loadgate.core.thresholds import (
     Outcome,
     Threshold,
     ThresholdError,

@@ -11,9 +11,9 @@ import math
 
 import pytest
 
-from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import stats
 from loadgate.config.simconfig import SimConfig, SpeculativeConfig
+from loadgate.core.figures import figure
 from loadgate.records import Record
 from loadgate.sim.process import SimProcess
 from tests.simtruth import profile_for, run, truth_records_like_loadgate

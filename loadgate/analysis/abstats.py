@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from loadgate.analysis import figures as registry
-from loadgate.analysis.figures import Figure, ab_figures, ab_path, read_path
+from loadgate.core import figures as registry
+from loadgate.core.figures import Figure, ab_figures, ab_path, read_path
 from loadgate.jsonutil import clean
 from loadgate.records import Record
 

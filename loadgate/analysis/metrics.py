@@ -1,4 +1,4 @@
-"""Statistics of the registry's figures (`loadgate.analysis.figures`), computed from records only.
+"""Statistics of the registry's figures (`loadgate.core.figures`), computed from records only.
 
 Percentiles use linear interpolation between order statistics (numpy's default). Error-adjusted
 percentiles keep failed requests in the population with the value +inf, so a p99 over a run
@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from loadgate.analysis.figures import ADJUSTED, distributions
+from loadgate.core.figures import ADJUSTED, PERCENTILES, distributions
 from loadgate.records import Record
 
 if TYPE_CHECKING:
     import numpy as np
 
-PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 _BIG = 1e300  # stands for +inf inside interpolation; mapped back to inf afterwards
 
 

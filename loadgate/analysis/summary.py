@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.specdec import contamination, from_counters, from_records, prefix_cache, reconcile
 from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warnings
 from loadgate.config.profile import HealthBudgets
+from loadgate.core.figures import figure
 from loadgate.jsonutil import load_json
 from loadgate.records import Damage, Record, read_records
 from loadgate.snapshot import snapshot_from_json

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from loadgate.analysis.figures import ab_figures
-from loadgate.analysis.thresholds import ThresholdError, parse
+from loadgate.config.contract import Contract
 from loadgate.config.knob import knob
 from loadgate.config.simconfig import SimConfig
 from loadgate.config.typed_yaml import json_schema, line_of_key, load_dataclass_file
-from loadgate.engine.adapters import API
+from loadgate.core.apis import API
+from loadgate.core.figures import ab_figures
+from loadgate.core.thresholds import ThresholdError, parse
 from loadgate.errors import ProfileError
-from loadgate.exactness.contract import Contract
 from loadgate.secrets import redact_headers
 
 
@@ -400,7 +400,7 @@ class Profile:
                                        "without it only `--unverified` measures)")
     ab: AB | None = knob(None, "compare against a baseline engine in interleaved runs")
     thresholds: dict[str, tuple[str, ...]] = field(default_factory=dict, metadata={
-        "help": "k6-style thresholds per metric, e.g. ttft: ['p(99) < 800ms']; see loadgate/analysis/thresholds.py"})
+        "help": "k6-style thresholds per metric, e.g. ttft: ['p(99) < 800ms']; see loadgate/core/thresholds.py"})
     slo: Slo = field(default_factory=Slo, metadata={"help": "service levels for goodput"})
     health: HealthBudgets = field(default_factory=HealthBudgets,
                                   metadata={"help": "client health budgets (run validity)"})

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from loadgate.config.contract import DEFAULT_NEAR_TIE_NATS, Contract
 from loadgate.config.profile import is_http_url
 from loadgate.engine.adapters import ADAPTERS
 from loadgate.engine.http import SessionSettings, make_session, session_settings
@@ -27,7 +28,7 @@ from loadgate.errors import UsageError
 from loadgate.exactness.baseline import Baseline, case_record, seq_output
 from loadgate.exactness.check import CheckResult
 from loadgate.exactness.compare import compare
-from loadgate.exactness.contract import DEFAULT_NEAR_TIE_NATS, Contract, passes, verdict
+from loadgate.exactness.contract import passes, verdict
 from loadgate.exactness.replay import Observed
 from loadgate.jsonutil import write_atomic
 from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgate.analysis.specdec import DRAFTS, prefix_cache
+from loadgate.config.contract import Contract, Verdict
 from loadgate.config.profile import Scenarios
 from loadgate.exactness.baseline import Baseline, seq_output
 from loadgate.exactness.compare import Comparison, compare
-from loadgate.exactness.contract import Contract, Verdict, passes, verdict
+from loadgate.exactness.contract import passes, verdict
 from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.drift import scenario_drift, unstable
 from loadgate.exactness.outcome import RETRIES

@@ -14,8 +14,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from loadgate.analysis.figures import ADJUSTED, figure, table_rows
 from loadgate.analysis.summary import LevelSummary, Summary, build_summary
+from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
 from loadgate.report import plots

@@ -2,7 +2,7 @@
 concurrency sweep. Each plot function takes already-loaded data and an output path, writes one PNG
 and returns the path.
 
-Samples always come from the metric definitions in `loadgate.analysis.figures` (`figure(name).samples`)
+Samples always come from the metric definitions in `loadgate.core.figures` (`figure(name).samples`)
 over successful records, so a plot shows exactly what the summary tables count. matplotlib is the
 optional `plot` extra: it is imported lazily, and only its Agg canvas is used (no pyplot, no global
 backend switch), so plotting works headless and leaves the caller's matplotlib state alone.
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from loadgate.analysis.figures import figure
 from loadgate.analysis.metrics import stats
 from loadgate.analysis.summary import LevelSummary
+from loadgate.core.figures import figure
 from loadgate.errors import UsageError
 from loadgate.records import Record
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from loadgate.analysis.figures import ADJUSTED, figure, table_rows
 from loadgate.analysis.summary import Acceptance, LevelSummary, Summary, TokenCounts
+from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.records import Damage
 
 COLUMNS = ("p50", "p90", "p99")

@@ -19,8 +19,8 @@ from loadgate.analysis.abstats import (
     request_level,
 )
 from loadgate.analysis.summary import Summary, build_summary
-from loadgate.analysis.thresholds import render as render_thresholds
-from loadgate.analysis.thresholds import render_judged
+from loadgate.core.thresholds import render as render_thresholds
+from loadgate.core.thresholds import render_judged
 from loadgate.errors import UsageError
 from loadgate.exactness.report import report_text
 from loadgate.jsonutil import clean, load_json

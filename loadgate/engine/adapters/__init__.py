@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import get_args
 
+from loadgate.core.apis import API
 from loadgate.engine.adapters.base import EngineAdapter
 from loadgate.engine.adapters.llamacpp import LlamaCppCompletion
 from loadgate.engine.adapters.openai import (
@@ -13,10 +14,6 @@ from loadgate.engine.adapters.openai import (
     OpenAICompletions,
 )
 from loadgate.engine.adapters.sglang import SGLangGenerate
-
-API = Literal["openai-completions", "openai-chat", "sglang", "llamacpp", "llamacpp-openai-completions",
-              "llamacpp-openai-chat"]
-"""The profile's `target.api` values: one per adapter below."""
 
 ADAPTERS: dict[API, type[EngineAdapter]] = {
     "openai-completions": OpenAICompletions,

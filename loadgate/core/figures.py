@@ -1,6 +1,6 @@
 """The figure registry: every figure loadgate reports, declared once with its formula.
 
-Metrics (`loadgate.analysis.metrics`), thresholds (`loadgate.analysis.thresholds`), A/B statistics
+Metrics (`loadgate.analysis.metrics`), thresholds (`loadgate.core.thresholds`), A/B statistics
 (`loadgate.analysis.abstats`), the console, markdown, CSV and HTML tables and the profile's
 `ab.decide_on` all derive their lists from `FIGURES`. Adding a figure is one entry here.
 
@@ -23,6 +23,8 @@ from typing import Any, Literal
 from loadgate.records import Record
 
 Unit = Literal["ms", "tokens", "tok/s", "req/s", "ratio"]
+PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+"""The percentiles every distribution's summary holds (and thresholds may name)."""
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, NoReturn, Protocol
 
-from loadgate.analysis import figures
-from loadgate.analysis.metrics import PERCENTILES
+from loadgate.core import figures
+from loadgate.core.figures import PERCENTILES
 from loadgate.errors import UsageError, one_line
 
 
