@@ -7,11 +7,10 @@ from __future__ import annotations
 import os
 import sys
 
-from loadgate.sim.early import spawn_for_argv
+from loadgate.sim.early import CA_VARIABLES, command_of, spawn_for_argv
 
 # The commands that import aiohttp (they talk to an engine, or serve as one)
 _AIOHTTP_COMMANDS = frozenset({"baseline", "check", "fingerprint", "replay", "run", "sim"})
-_CA_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR")
 
 
 def import_aiohttp_without_system_cas() -> None:
@@ -23,9 +22,8 @@ def import_aiohttp_without_system_cas() -> None:
     session is made from the profile's `target.tls` (`engine.http.SessionSettings.ssl_for`, the
     load transport, the protocol gate's probes), with the system's CAs read then, the environment
     restored. A request that reached aiohttp's own default would fail its certificate check, loudly."""
-    saved = {k: os.environ.get(k) for k in _CA_VARIABLES}
-    for k in _CA_VARIABLES:
-        os.environ[k] = os.devnull
+    saved = {k: os.environ.get(k) for k in CA_VARIABLES}
+    os.environ.update(dict.fromkeys(CA_VARIABLES, os.devnull))
     try:
         import aiohttp  # noqa: F401  (imported here for the sake of its import-time contexts)
     finally:
@@ -42,7 +40,7 @@ def main() -> None:
     interpreter's teardown (100-150 ms with numpy and scipy loaded, on the 2-core machine) is skipped."""
     argv = sys.argv[1:]
     spawn_for_argv(argv)
-    if argv and argv[0] in _AIOHTTP_COMMANDS and "--help" not in argv and "-h" not in argv:
+    if command_of(argv) in _AIOHTTP_COMMANDS:
         import_aiohttp_without_system_cas()
     from loadgate.cli import main as cli_main
 

@@ -28,6 +28,7 @@ READY_LINE = "loadgate sim listening on "  # loadgate.sim.cli prints it once it 
 CONFIG_LINE = "loadgate sim config "  # loadgate.sim.cli prints it in --from-profile mode
 
 _COMMANDS = ("run", "check")  # the commands whose profile may name the embedded engine
+CA_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR")  # where OpenSSL looks for the system's CA store
 
 
 class EarlyChild:
@@ -70,8 +71,7 @@ def child_env() -> dict[str, str]:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["SSL_CERT_FILE"] = os.devnull
-    env["SSL_CERT_DIR"] = os.devnull
+    env.update(dict.fromkeys(CA_VARIABLES, os.devnull))
     return env
 
 
@@ -87,11 +87,18 @@ def spawn_for_profile(profile: str, host: str = "127.0.0.1") -> None:
     EARLY.append(EarlyChild(proc, profile))
 
 
+def command_of(argv: list[str]) -> str | None:
+    """The command a command line runs (its first word), or None when it only asks for help."""
+    if not argv or "-h" in argv or "--help" in argv:
+        return None
+    return argv[0]
+
+
 def spawn_for_argv(argv: list[str]) -> None:
     """`spawn_for_profile` for a command line that is `run` or `check` with one profile path among its
     arguments (anything else starts nothing: click reads the line properly afterwards, and a child
     started for a path click reads otherwise is stopped when it is not handed over)."""
-    if not argv or argv[0] not in _COMMANDS or "-h" in argv or "--help" in argv:
+    if command_of(argv) not in _COMMANDS:
         return
     paths = [a for a in argv[1:] if not a.startswith("-")]
     if len(paths) == 1:
