@@ -19,7 +19,7 @@ def import_aiohttp_without_system_cas() -> None:
     Importing aiohttp builds two client TLS contexts from the system's CA store (~140 ms of the
     `loadgate run` start on the 2-core machine, a fifth of its time to first request) that loadgate
     never uses: every session it opens to an https URL carries its own context, built when the
-    session is made from the profile's `target.tls` (`engine.http.SessionSettings.ssl_for`, the
+    session is made from the profile's `target.tls` (`net.http.SessionSettings.ssl_for`, the
     load transport, the protocol gate's probes), with the system's CAs read then, the environment
     restored. A request that reached aiohttp's own default would fail its certificate check, loudly."""
     saved = {k: os.environ.get(k) for k in CA_VARIABLES}

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from loadgate.config.profile import Profile
-from loadgate.engine.adapters import CHAT_APIS
-from loadgate.engine.connect import Engine, open_engine, run_async
+from loadgate.engine.adapters import is_chat
 from loadgate.errors import (
     EngineError,
     ExactnessFailed,
@@ -52,6 +51,7 @@ from loadgate.load.levels import levels, run_levels
 from loadgate.load.plan import build_plan, trace_of
 from loadgate.load.target import target_spec
 from loadgate.load.workload.pool import TokenPool, token_pool
+from loadgate.net.connect import Engine, open_engine, run_async
 from loadgate.records import RecordWriter
 from loadgate.runstate import STATE_FILE, write_state
 from loadgate.version import __version__
@@ -151,7 +151,7 @@ async def prepare_tokens(profile: Profile, e: Engine) -> Tokens:
     """The token pool and the chat template's token count, from `workload.tokenizer`; done before
     the exactness check so that a missing source fails in a second, not after the check."""
     return await token_pool(profile.workload.tokenizer, profile.resolve, e.session, e.base, e.model,
-                            profile.target.api, profile.target.api in CHAT_APIS)
+                            profile.target.api, is_chat(profile.target.api))
 
 
 ROUNDS_PER_PAIR = 1000  # A/B pair i's levels are rounds i * 1000 + level index (see load.plan)
@@ -166,7 +166,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     the prompts of round `round_base + k` (`workload.cache: fresh`; see load.plan)."""
     await policy.admit(token, e)
     profile = e.profile
-    chat = profile.target.api in CHAT_APIS
+    chat = is_chat(profile.target.api)
     tp, overhead = tokens
     need_text = chat or not tp.exact
     pool = list(tp.ids)

@@ -1,11 +1,10 @@
 """A Prometheus `/metrics` snapshot: parsed (prometheus_client's text parser), summed by labels,
 and compared. Pure data, beside the records: the analysis stage reads snapshots written into a run
-folder without importing the network (`loadgate.engine.servermetrics` scrapes them).
+folder without importing the network (`loadgate.net.scrape` scrapes them).
 
 A `Snapshot` maps (sample name, sorted labels) to a value. Counter deltas between two snapshots
-taken at the measured window's boundaries give what the server did during the window. Names are
-matched with any engine prefix (`vllm:`, `sglang:`, `llamacpp:`) so one definition serves several
-engines.
+taken at the measured window's boundaries give what the server did during the window. Which names
+to read is each engine family's (`loadgate.engine.adapters`).
 """
 
 from __future__ import annotations
@@ -69,5 +68,6 @@ def snapshot_from_json(values: list[list[Any]]) -> Snapshot:
                      if val is not None})
 
 
-def snapshot_to_json(s: Snapshot, prefixes: tuple[str, ...] = ("vllm:", "sglang:", "llamacpp:")) -> list[list[Any]]:
+def snapshot_to_json(s: Snapshot, prefixes: tuple[str, ...]) -> list[list[Any]]:
+    """The samples whose names begin with one of `prefixes` (the engine families', for server.json)."""
     return [[n, [list(kv) for kv in labels], v] for (n, labels), v in s.values.items() if n.startswith(prefixes)]

@@ -369,19 +369,19 @@ def test_the_checks_scenarios_each_meet_an_emptied_prefix_cache_and_report_their
 def test_llama_cpp_apis_need_no_reset_because_their_requests_never_use_the_prompt_cache():
     """`empty_prefix_cache` answers without a route exactly for the APIs whose adapters send
     `cache_prompt: false` in every body (the load's and the check's)."""
-    from loadgate.engine.adapters import ADAPTERS, CHAT_APIS, PROMPT_CACHE_OFF_APIS, adapter_for
+    from loadgate.engine.adapters import ADAPTERS, adapter_for, is_chat
     from loadgate.engine.adapters.base import GenRequest
-    from loadgate.engine.connect import run_async
-    from loadgate.engine.http import empty_prefix_cache
+    from loadgate.net.connect import run_async
+    from loadgate.net.http import empty_prefix_cache
 
     off = set()
     for api in ADAPTERS:
-        req = GenRequest(4, messages=({"role": "user", "content": "hi"},)) if api in CHAT_APIS else \
+        req = GenRequest(4, messages=({"role": "user", "content": "hi"},)) if is_chat(api) else \
             GenRequest(4, prompt_ids=(1, 2, 3))
         body = adapter_for(api).build_body(req, "m")
         if body.get("cache_prompt") is False:
             off.add(api)
-    assert off == set(PROMPT_CACHE_OFF_APIS) and off
+    assert off == {api for api in ADAPTERS if adapter_for(api).prompt_cache_off} and off
     assert run_async(empty_prefix_cache(None, "http://127.0.0.1:9", "llamacpp")) == "cache_prompt: false"  # type: ignore[arg-type]
 
 

@@ -33,9 +33,9 @@ from hypothesis import strategies as st
 
 from loadgate.cli import main
 from loadgate.engine.adapters.base import ErrorKind
-from loadgate.engine.http import make_session
 from loadgate.errors import EXIT_CODES
 from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
+from loadgate.net.http import make_session
 
 SCALE = int(os.environ.get("LOADGATE_FUZZ_SCALE", "1"))
 REPO = Path(__file__).resolve().parents[1]

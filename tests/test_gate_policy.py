@@ -16,11 +16,11 @@ from loadgate import runs
 from loadgate.cli import main
 from loadgate.config.profile import Exactness, Profile, load_profile
 from loadgate.config.simconfig import SimConfig
-from loadgate.engine.connect import open_engine, run_async
 from loadgate.errors import ExactnessNotEstablished
 from loadgate.gate import policy
 from loadgate.gate.attestation import Attestation, Unverified
 from loadgate.jsonutil import load_json
+from loadgate.net.connect import open_engine, run_async
 from tests.profiles import LAX_BUDGETS, LAX_HEALTH, tiny_corpus
 from tests.simtruth import profile_for
 

@@ -28,10 +28,10 @@ import yaml
 
 from loadgate.cli import main
 from loadgate.engine.adapters.base import Decoded
-from loadgate.engine.http import make_session
 from loadgate.jsonutil import load_json
 from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
 from loadgate.load.transport import Limits
+from loadgate.net.http import make_session
 from loadgate.records import read_records
 from tests import hostile
 from tests.profiles import LAX_HEALTH

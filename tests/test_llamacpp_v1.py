@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 
 from loadgate.analysis.specdec import contamination, from_counters, from_records, reconcile
-from loadgate.engine.adapters import adapter_for, chat_api_for
+from loadgate.engine.adapters import adapter_for, chat_api_for, family_for
 from loadgate.engine.adapters.base import Decoded, GenRequest
 from loadgate.snapshot import parse_metrics
 from tests.fixtures_path import sse_events
@@ -101,7 +101,7 @@ def test_llamacpp_counters_give_acceptance_reconciled_on_token_counts_and_a_clea
     records = [make_record(completion_tokens=d.completion_tokens,
                            spec={"source": d.spec.source, "verify_steps": None, "draft_tokens": d.spec.draft_tokens,
                                  "accepted": d.spec.accepted}) for d in ds]
-    c = from_counters(before, after)
+    c = from_counters(before, after, family_for("llamacpp-openai-completions", after))
     assert c is not None and c["engine"] == "llamacpp"
     assert c["accepted"] == sum(d.spec.accepted for d in ds) and c["draft_tokens"] == sum(d.spec.draft_tokens for d in ds)
     assert c["acceptance_length"] == 1 + c["accepted"] / c["drafts"]
@@ -113,7 +113,8 @@ def test_llamacpp_counters_give_acceptance_reconciled_on_token_counts_and_a_clea
     r = reconcile(pr, c)
     assert r["agree"] and r["compared"] == ["accepted", "draft_tokens"] and r["relative_difference"] == 0.0
     assert not reconcile({**pr, "accepted": pr["accepted"] + 5}, c)["agree"]
-    cc = contamination(before, after, records)
+    llama = family_for("llamacpp", None)  # the adapter names its family: no metrics needed
+    cc = contamination(before, after, records, llama)
     assert cc["clean"] and cc["server_generation_tokens"] == cc["client_generation_tokens"] == 120
     assert cc["server_requests"] is None  # llama-server counts no requests
-    assert not contamination(before, after, records[:4])["clean"]
+    assert not contamination(before, after, records[:4], llama)["clean"]

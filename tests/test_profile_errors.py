@@ -74,7 +74,7 @@ CASES: dict[str, Case] = {
         "needs at least 2, got 1"),
     "api_not_in_literal": Case(
         "target:\n  api: grpc\n", 2, "target.api",
-        "expected one of 'openai-completions', 'openai-chat', 'sglang', 'llamacpp', 'llamacpp-openai-completions', 'llamacpp-openai-chat', got 'grpc'"),
+        "expected one of 'openai-completions', 'openai-chat', 'llamacpp', 'llamacpp-openai-completions', 'llamacpp-openai-chat', 'sglang', got 'grpc'"),
     "literal_typo_gets_suggestion": Case(
         "load:\n  rate: 2\n  arrival: posson\n", 3, "load.arrival", "(did you mean 'poisson'?)"),
     "uniform_without_max": Case(

@@ -29,6 +29,7 @@ from loadgate.config.profile import (
 )
 from loadgate.config.simconfig import SimConfig
 from loadgate.config.typed_yaml import json_schema, load_dataclass, parse_yaml
+from loadgate.engine.adapters import apis
 from loadgate.errors import ProfileError
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles"
@@ -262,8 +263,7 @@ def _profiles(draw: st.DrawFn) -> dict[str, Any]:
         "name": draw(st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=20)
                      .filter(is_folder_name)),
         "seed": draw(st.integers(0, 2**63)),
-        "target": {"api": draw(st.sampled_from(typing.get_args(typing.get_type_hints(
-                       type(Profile().target))["api"]))),
+        "target": {"api": draw(st.sampled_from(apis())),
                    "sim": {"speculative": {"k": draw(st.integers(1, 16)),
                                            "acceptance": draw(st.lists(_probability, min_size=1, max_size=6))}}},
         "workload": {"requests": draw(st.integers(1, 10**6)),

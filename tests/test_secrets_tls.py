@@ -185,7 +185,7 @@ def test_an_https_engine_signed_by_a_ca_of_the_system_store_is_reached_by_the_lo
 
 
 def test_a_session_to_an_http_engine_whose_metrics_are_https_carries_the_profiles_tls():
-    from loadgate.engine.http import SessionSettings, TlsFiles
+    from loadgate.net.http import SessionSettings, TlsFiles
 
     s = SessionSettings({}, TlsFiles(insecure=True))
     assert s.ssl_for("http://127.0.0.1:8000") is None
@@ -212,7 +212,7 @@ def test_an_environment_proxy_that_would_carry_the_requests_is_refused(tmp_path,
     err = capsys.readouterr().err
     assert "NO_PROXY" in err and "\n" not in err.strip()
     monkeypatch.setenv("NO_PROXY", "10.255.0.1")
-    from loadgate.engine.http import refuse_proxies
+    from loadgate.net.http import refuse_proxies
     refuse_proxies("http://10.255.0.1:9")  # NO_PROXY names the host: no refusal
 
 

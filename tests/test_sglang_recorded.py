@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import orjson
 
-from loadgate.analysis.specdec import GENERATED, contamination
-from loadgate.engine.adapters import adapter_for
+from loadgate.analysis.specdec import contamination
+from loadgate.engine.adapters import FAMILIES, adapter_for, family_for
 from loadgate.gate.fingerprint import VOLATILE_KEYS, _strip
 from loadgate.snapshot import Snapshot, first_name, parse_metrics
 from tests.fixtures_path import fixture_file, sse_events
@@ -33,10 +33,11 @@ def test_native_stream_and_body_decode_to_the_same_ids_logprobs_and_finish_reaso
 
 def test_the_generation_counter_is_sglangs_and_sums_streaming_and_not():
     snap = parse_metrics(fixture_file("sglang-cpu", "metrics.out").read_text())
-    assert first_name(snap, GENERATED) == "sglang:generation_tokens_total"
+    assert family_for("openai-completions", snap) is FAMILIES["sglang"]
+    assert first_name(snap, (FAMILIES["sglang"].generated,)) == "sglang:generation_tokens_total"
     # 184 generated for unstreamed requests, 16 for streamed ones
     assert snap.total("sglang:generation_tokens_total") == 200.0
-    cc = contamination(Snapshot({}), snap, [make_record(completion_tokens=200)])
+    cc = contamination(Snapshot({}), snap, [make_record(completion_tokens=200)], family_for(None, snap))
     assert cc is not None and cc["clean"] and cc["server_generation_tokens"] == 200.0
     assert cc["server_requests"] is None  # SGLang has no vLLM-style success counter
 
@@ -59,10 +60,11 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
 
     from aiohttp import web
 
-    from loadgate.engine.connect import run_async
-    from loadgate.engine.http import make_session
-    from loadgate.engine.servermetrics import GaugeSampler, scrape
+    from loadgate.engine.adapters import metric_prefixes
     from loadgate.jsonutil import dump_json, load_json
+    from loadgate.net.connect import run_async
+    from loadgate.net.http import make_session
+    from loadgate.net.scrape import GaugeSampler, scrape
     from loadgate.snapshot import snapshot_from_json, snapshot_to_json
 
     text = fixture_file("sglang-cpu", "metrics_after.txt").read_bytes()
@@ -105,7 +107,7 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
         assert snap is not None and snap.total("sglang:generation_tokens_total") is not None
         assert snap.total("sglang:fwd_occupancy") is None  # NaN: left out
     assert plain == forced
-    dump_json(tmp_path / "server.json", snapshot_to_json(plain))
+    dump_json(tmp_path / "server.json", snapshot_to_json(plain, metric_prefixes()))
     back = snapshot_from_json(load_json(tmp_path / "server.json"))
     assert back.total("sglang:generation_tokens_total") == plain.total("sglang:generation_tokens_total")
     # a server.json written before the fix holds the NaN as null: read, the null left out

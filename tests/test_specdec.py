@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgate.analysis.specdec import contamination, from_counters, from_records, per_request_steps, reconcile
+from loadgate.engine.adapters import family_for
 from loadgate.snapshot import parse_metrics
 from tests.fixtures_path import fixture_file
 from tests.recs import make_record
@@ -17,7 +18,9 @@ def snaps():
 
 def test_counter_deltas_from_real_vllm_metrics():
     before, after = snaps()
-    c = from_counters(before, after)
+    family = family_for("openai-completions", after)  # the OpenAI routes: the metrics say which engine
+    assert family is not None and family.name == "vllm"
+    c = from_counters(before, after, family)
     assert (c["drafts"], c["accepted"], c["draft_tokens"]) == (31, 28, 108)
     assert c["acceptance_length"] == pytest.approx(1 + 28 / 31)
     assert c["acceptance_rate"] == pytest.approx(28 / 108)
@@ -27,10 +30,11 @@ def test_counter_deltas_from_real_vllm_metrics():
 def test_contamination_check_compares_server_and_client_totals():
     before, after = snaps()
     # the real server finished 5 requests (finish reason length) generating 92 tokens
+    vllm = family_for(None, after)
     clean = contamination(before, after, [make_record(completion_tokens=92 - 4 * 17)]
-                          + [make_record(completion_tokens=17)] * 4)
+                          + [make_record(completion_tokens=17)] * 4, vllm)
     assert clean["clean"] and clean["server_requests"] == 5
-    dirty = contamination(before, after, [make_record(completion_tokens=17)] * 4)
+    dirty = contamination(before, after, [make_record(completion_tokens=17)] * 4, vllm)
     assert not dirty["clean"] and len(dirty["problems"]) == 2
 
 

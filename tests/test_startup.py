@@ -44,7 +44,7 @@ def test_the_stages_a_run_needs_before_its_first_request_load_no_numeric_library
     """The profile, the run's orchestration and the engine connection: numpy, tabulate and the
     Prometheus parser are imported where figures, tables and metrics are computed (after the check
     has begun), not before the first request."""
-    got = imported_after("import loadgate.cli, loadgate.runs, loadgate.config.profile, loadgate.engine.connect",
+    got = imported_after("import loadgate.cli, loadgate.runs, loadgate.config.profile, loadgate.net.connect",
                          ("numpy", "scipy", "tabulate", "prometheus_client", "jsonschema"))
     assert got == []
 
@@ -66,8 +66,8 @@ def test_the_analysis_stage_and_the_verdict_load_no_network_code():
     compare are `loadgate.snapshot`, and the verdict's words for a check that was not established
     come from `loadgate.exactness.outcome`, not from the live check and its transport."""
     pkg = Path(__file__).resolve().parents[1] / "loadgate"
-    mods = [f"loadgate.{d}.{p.stem}" for d in ("analysis", "core") for p in (pkg / d).glob("*.py")
-            if p.stem != "__init__"]
-    assert len(mods) >= 9
+    mods = [f"loadgate.{d.replace('/', '.')}.{p.stem}" for d in ("analysis", "core", "engine/adapters")
+            for p in (pkg / d).glob("*.py") if p.stem != "__init__"]  # the engine families: pure too
+    assert len(mods) >= 14
     statement = "import " + ", ".join(mods + ["loadgate.verdict"])
-    assert imported_after(statement, ("aiohttp", "loadgate.exactness.check", "loadgate.load.target", "loadgate.engine.http")) == []
+    assert imported_after(statement, ("aiohttp", "loadgate.exactness.check", "loadgate.load.target", "loadgate.net.http")) == []

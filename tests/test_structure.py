@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +22,11 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("loadgate.errors", "loadgate.jsonutil", "loadgate.version", "loadgate.secrets", "loadgate.runstate",
      "loadgate.records", "loadgate.snapshot"),
     ("loadgate.core",),
+    ("loadgate.engine",),
     ("loadgate.config",),
     ("loadgate.analysis",),
     ("loadgate.sim",),
-    ("loadgate.engine",),
+    ("loadgate.net",),
     ("loadgate.load",),
     ("loadgate.exactness",),
     ("loadgate.gate",),
@@ -36,7 +38,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
 FOLDERS = sorted({p.parent.name for p in PKG.glob("*/__init__.py")})
 COMMAND_LAYER = {"loadgate.entry", "loadgate.cli", "loadgate.commands", "loadgate.sim.cli",
                  "loadgate.sim.serve"}  # serve: the early child's command line, which has no click
-SIM_IMPORTERS = {"loadgate.engine.connect", "loadgate.entry", "loadgate.cli", "loadgate.commands"}  # entry, commands: the early start
+SIM_IMPORTERS = {"loadgate.net.connect", "loadgate.entry", "loadgate.cli", "loadgate.commands"}  # entry, commands: the early start
 
 
 def modules() -> dict[str, Path]:
@@ -197,7 +199,7 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     """The rules above are not vacuous: the command layer does write, the simulator is imported,
     and a planted upward import would be caught."""
     assert writes_to_the_terminal("loadgate.commands")
-    assert any(t.startswith("loadgate.sim") for t, _ in imports("loadgate.engine.connect"))
+    assert any(t.startswith("loadgate.sim") for t, _ in imports("loadgate.net.connect"))
     assert stage("loadgate.records") < stage("loadgate.load.plan") < stage("loadgate.gate.policy")
     assert stage("loadgate.core.figures") < stage("loadgate.config.contract") < stage("loadgate.exactness.contract")
     assert "loadgate.engine" in folder_graph()["loadgate.load"]
@@ -224,3 +226,49 @@ def test_the_run_orchestration_holds_no_loop_over_load_levels():
              and "level" in ast.unparse(n.target).lower() + ast.unparse(n.iter).lower()]
     phases = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "Phase"]
     assert loops == [] and phases == [], (loops, phases)
+
+
+ENGINE_NAME = re.compile(r"^(vllm|sglang|llamacpp|llama)\b", re.IGNORECASE)
+# one module per engine family: the only place of the client that names one. The simulator is the
+# other side of the wire: it plays several engines' formats (`style="sglang"`), and is exempt.
+ENGINE_HOMES = ("loadgate.engine.adapters", "loadgate.sim")
+
+
+def _engine_strings(node: ast.AST) -> list[str]:
+    """The engine-name string constants in `node` (a constant, or a tuple / list / set of them)."""
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)
+            and ENGINE_NAME.match(i.value)]
+
+
+def engine_name_tests(source: str, where: str) -> list[str]:
+    """Comparisons with an engine's name (`==`, `!=`, `in`, `match` cases) and prefix or suffix
+    tests of one (`startswith`, `endswith`): a branch on which engine it is."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        hits: list[str] = []
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                hits += _engine_strings(side)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("startswith", "endswith", "removeprefix", "removesuffix"):
+            for arg in node.args:
+                hits += _engine_strings(arg)
+        elif isinstance(node, ast.MatchValue):
+            hits += _engine_strings(node.value)
+        found += [f"{where}:{node.lineno} tests for {h!r}" for h in hits]  # type: ignore[attr-defined]
+    return found
+
+
+def test_no_module_but_the_engine_families_branches_on_an_engine_name():
+    bad = [w for m, path in MODULES.items() if not m.startswith(ENGINE_HOMES)
+           for w in engine_name_tests(path.read_text(), m)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_engine_name_check_finds_a_branch_on_an_engine():
+    planted = ("if api.startswith('llamacpp'): pass\nx = e == 'vllm'\ny = k in ('sglang', 'other')\n"
+               "match n:\n    case 'vllm:x': pass\nz = s.startswith(('a', 'llama'))\nok = 'vllm' + api\n")
+    assert sorted(w.split(" tests for ")[1] for w in engine_name_tests(planted, "p")) == [
+        "'llama'", "'llamacpp'", "'sglang'", "'vllm'", "'vllm:x'"]
+    assert engine_name_tests(open(MODULES["loadgate.engine.adapters.vllm"]).read(), "vllm")  # it may, and does

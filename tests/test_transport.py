@@ -136,8 +136,8 @@ def _against(handle, rounds: list[tuple[int, float]], pool_out: list | None = No
     succeeded) and the connections the pool opened; the pool itself goes to `pool_out`."""
     import threading
 
-    from loadgate.engine.http import make_session
     from loadgate.load.target import LiveTarget, TargetSpec, fetch, finish_socket
+    from loadgate.net.http import make_session
 
     server_loop = asyncio.new_event_loop()
     server = server_loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))

@@ -38,18 +38,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadgate.engine.adapters import FAMILIES, family_named
+from loadgate.engine.adapters.base import Family
 from loadgate.records import Record
-from loadgate.snapshot import Snapshot, delta, first_name
-
-P = "vllm:"
-LLAMA = "llamacpp:"
-DRAFTS = (P + "spec_decode_num_drafts_total", LLAMA + "spec_decode_num_drafts_total")  # vLLM's, llama.cpp's
-SGLANG = "sglang:"
-# Generated tokens as each engine counts them. SGLang's counter (labels `is_streaming` true/false,
-# summed) is incremented once per finished request by its completion tokens. SGLang has no
-# speculative-decoding counters, only gauges (`sglang:spec_accept_length`, `…spec_num_draft_tokens`),
-# so it has no entry in DRAFTS.
-GENERATED = (P + "generation_tokens_total", LLAMA + "tokens_predicted_total", SGLANG + "generation_tokens_total")
+from loadgate.snapshot import Snapshot, delta
 
 
 def per_request_steps(r: Record) -> tuple[int, int] | None:
@@ -85,27 +77,35 @@ def from_records(records: list[Record]) -> dict[str, Any] | None:
     }
 
 
-def from_counters(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
-    name = first_name(after, DRAFTS)
-    drafts = None if name is None else delta(before, after, name)
-    if name is None or drafts is None:
+def from_counters(before: Snapshot, after: Snapshot, family: Family | None) -> dict[str, Any] | None:
+    """The counters' acceptance over the window, for an engine of `family` (None: no family known)."""
+    spec = family.spec if family is not None else None
+    drafts = None if spec is None else delta(before, after, spec.drafts)
+    if family is None or spec is None or drafts is None:
         return None
-    prefix = name.split(":", 1)[0] + ":"
-    acc = delta(before, after, prefix + "spec_decode_num_accepted_tokens_total") or 0.0
-    dtok = delta(before, after, prefix + "spec_decode_num_draft_tokens_total")
-    pos_after = after.by_label(prefix + "spec_decode_num_accepted_tokens_per_pos_total", "position")
-    pos_before = before.by_label(prefix + "spec_decode_num_accepted_tokens_per_pos_total", "position")
-    per_pos = {k: (v - pos_before.get(k, 0.0)) / drafts for k, v in pos_after.items()} if drafts else {}
-    llama = prefix == LLAMA
+    acc = delta(before, after, spec.accepted) or 0.0
+    dtok = delta(before, after, spec.draft_tokens)
+    per_pos: dict[str, float] = {}
+    if spec.per_position and drafts:
+        pos_before = before.by_label(spec.per_position, "position")
+        per_pos = {k: (v - pos_before.get(k, 0.0)) / drafts
+                   for k, v in after.by_label(spec.per_position, "position").items()}
     return {
-        "source": "prometheus counter deltas", "engine": prefix.rstrip(":"), "drafts": drafts, "accepted": acc,
+        "source": "prometheus counter deltas", "engine": family.name, "drafts": drafts, "accepted": acc,
         "draft_tokens": dtok,
         "acceptance_length": 1 + acc / drafts if drafts else None,
         "acceptance_rate": acc / dtok if dtok else None,
         "per_position_acceptance": dict(sorted(per_pos.items(), key=lambda kv: int(kv[0]))),
         "formula": "1 + Δ num_accepted_tokens_total / Δ num_drafts_total"
-                   + (" (llama.cpp counts only steps that verified a draft: per drafting step)" if llama else ""),
+                   + ("" if spec.drafts_are_steps else
+                      f" ({family.title} counts only steps that verified a draft: per drafting step)"),
     }
+
+
+def draft_delta(before: Snapshot, after: Snapshot, family: Family | None) -> float | None:
+    """Drafts the server counted in the window (None: no such counter)."""
+    spec = family.spec if family is not None else None
+    return None if spec is None else delta(before, after, spec.drafts)
 
 
 def accepted_then_failed(r: Record) -> bool:
@@ -119,7 +119,8 @@ def accepted_then_failed(r: Record) -> bool:
     return r.status is None and (r.error is None or r.error.kind != "connect")
 
 
-def contamination(before: Snapshot, after: Snapshot, records: list[Record]) -> dict[str, Any] | None:
+def contamination(before: Snapshot, after: Snapshot, records: list[Record], family: Family | None
+                  ) -> dict[str, Any] | None:
     """Compare the server's view of the window with the client's; `clean` False flags the run.
 
     Only traffic the client did not send is contamination. A request the client saw fail after the
@@ -129,12 +130,13 @@ def contamination(before: Snapshot, after: Snapshot, records: list[Record]) -> d
     failures (requests), and between the tokens the client received and that plus the failures'
     planned rest (tokens). Foreign traffic smaller than that slack cannot be told apart; the slack
     is reported."""
-    d_req = delta(before, after, P + "request_success_total")
-    if d_req is not None:  # aborted and failed requests are not successes on either side
+    if family is None:
+        return None
+    d_req = None if family.successes is None else delta(before, after, family.successes)
+    if d_req is not None and family.successes is not None:  # aborted and failed requests are no successes
         for reason in ("abort", "error"):
-            d_req -= delta(before, after, P + "request_success_total", finished_reason=reason) or 0.0
-    gen = first_name(after, GENERATED)
-    d_gen = None if gen is None else delta(before, after, gen)
+            d_req -= delta(before, after, family.successes, finished_reason=reason) or 0.0
+    d_gen = None if family.generated is None else delta(before, after, family.generated)
     if d_req is None and d_gen is None:
         return None
     ok = [r for r in records if r.succeeded]
@@ -159,15 +161,14 @@ def contamination(before: Snapshot, after: Snapshot, records: list[Record]) -> d
             "failed_tokens_planned": failed_most, "problems": problems}
 
 
-# (hits, queries) counters of the engines' prefix caches, in prompt tokens
-PREFIX_CACHE_COUNTERS = (("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
-                         ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"))
-
-
-def prefix_cache(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
-    """Prompt tokens the server's prefix cache served in the window (`hits` of `queries`); None for
-    an engine without such counters (llama-server)."""
-    for hits_name, queries_name in PREFIX_CACHE_COUNTERS:
+def prefix_cache(before: Snapshot, after: Snapshot, family: Family | None = None) -> dict[str, Any] | None:
+    """Prompt tokens the server's prefix cache served in the window (`hits` of `queries`), from
+    `family`'s counters (None: the first family whose counters the snapshots hold); None for an
+    engine without such counters (llama-server)."""
+    for f in (FAMILIES.values() if family is None else (family,)):
+        if f.prefix_cache is None:
+            continue
+        hits_name, queries_name = f.prefix_cache
         hits, queries = delta(before, after, hits_name), delta(before, after, queries_name)
         if hits is not None and queries is not None:
             return {"hits": hits, "queries": queries, "hit_rate": hits / queries if queries else None,
@@ -178,10 +179,11 @@ def prefix_cache(before: Snapshot, after: Snapshot) -> dict[str, Any] | None:
 def reconcile(resp: dict[str, Any] | None, counters: dict[str, Any] | None, tol: float = 0.01) -> dict[str, Any] | None:
     """Compare the two sources on what they define alike: the acceptance length where the counters'
     drafts are verify steps (vLLM), else the accepted and drafted token counts (llama.cpp counts
-    only steps that verified a draft)."""
+    only steps that verified a draft): the engine family named in the counters' `engine` says."""
     if not resp or not counters:
         return None
-    if counters.get("engine") != "llamacpp":
+    family = family_named(counters.get("engine"))
+    if family is None or family.spec is None or family.spec.drafts_are_steps:
         pairs = {"acceptance_length": (resp.get("acceptance_length"), counters.get("acceptance_length"))}
     else:
         pairs = {"accepted": (resp.get("accepted"), counters.get("accepted")),

@@ -16,6 +16,7 @@ from loadgate.analysis.specdec import contamination, from_counters, from_records
 from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warnings
 from loadgate.config.profile import HealthBudgets
 from loadgate.core.figures import figure
+from loadgate.engine.adapters import family_for
 from loadgate.jsonutil import load_json
 from loadgate.records import Damage, Record, read_records
 from loadgate.snapshot import snapshot_from_json
@@ -190,10 +191,11 @@ def level_summary(records: list[Record], server: dict[str, Any] | None, health: 
     invalid: list[str] = []
     if server and server.get("before") is not None and server.get("after") is not None:
         before, after = snapshot_from_json(server["before"]), snapshot_from_json(server["after"])
-        counters = from_counters(before, after)
+        family = family_for((profile.get("target") or {}).get("api"), after)
+        counters = from_counters(before, after, family)
         acceptance = Acceptance(per_request, counters, reconcile(per_request, counters))
-        contaminated = contamination(before, after, records)
-        cached = prefix_cache(before, after)
+        contaminated = contamination(before, after, records, family)
+        cached = prefix_cache(before, after, family)
         gauges = server.get("gauges")
         if contaminated and not contaminated["clean"]:
             invalid += ["contamination: " + p + " (other traffic reached the server, or it counts differently)"

@@ -20,9 +20,9 @@ from loadgate.config.contract import Contract
 from loadgate.config.knob import knob
 from loadgate.config.simconfig import SimConfig
 from loadgate.config.typed_yaml import json_schema, line_of_key, load_dataclass_file
-from loadgate.core.apis import API
 from loadgate.core.figures import ab_figures
 from loadgate.core.thresholds import ThresholdError, parse
+from loadgate.engine.adapters import apis
 from loadgate.errors import ProfileError
 from loadgate.secrets import redact_headers
 
@@ -118,8 +118,8 @@ class Target:
 
     endpoint: str = knob("embedded", "'embedded' (in-process simulator) or the engine's base URL, "
                          "e.g. http://127.0.0.1:8000")
-    api: API = knob("openai-completions", "HTTP API used for generation: openai-* as vLLM/SGLang serve it, "
-                           "llamacpp (llama-server /completion) or llamacpp-openai-* (its /v1 routes)")
+    api: str = knob("openai-completions", "HTTP API used for generation: openai-* as vLLM/SGLang serve it, "
+                    "llamacpp (llama-server /completion) or llamacpp-openai-* (its /v1 routes)", one_of=apis)
     model: str | None = knob(None, "model name sent in requests; default: the first of /v1/models")
     sim: SimConfig = field(default_factory=SimConfig,
                            metadata={"help": "simulator settings (only with endpoint: embedded)"})

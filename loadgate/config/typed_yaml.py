@@ -2,8 +2,9 @@
 
 The dataclass definitions are the whole format: type hints say what each key holds, `dataclasses`
 defaults say what may be left out, and field `metadata` adds
-`help` (the description), `min` / `max` (inclusive bounds), `exclusive_min` and `internal` (the
-field cannot be set from YAML). After a dataclass is built its `check()` method, if any, returns
+`help` (the description), `min` / `max` (inclusive bounds), `exclusive_min`, `one_of` (for a
+`str`: a function giving the values allowed, for a list known only when the profile is read, such
+as the registered engine APIs) and `internal` (the field cannot be set from YAML). After a dataclass is built its `check()` method, if any, returns
 cross-field problems as `(key, reason)` pairs; `key` may be dotted to reach into nested sections.
 
 Every problem raises `ProfileError`, whose message is one line:
@@ -280,6 +281,11 @@ class _Converter:
             if bad is not None:
                 raise self.fail(path, f"control character {bad.group()!r} at position {bad.start()} of "
                                 f"{show(value)}: not allowed in a setting")
+            choices = _choices(meta)
+            if choices is not None and value not in choices:
+                close = difflib.get_close_matches(value, choices, n=1)
+                raise self.fail(path, f"expected {expect}, got {show(value)}"
+                                + (f" (did you mean {close[0]!r}?)" if close else ""))
             return value
         if tp is bool and isinstance(value, bool):
             return value
@@ -409,7 +415,16 @@ def describe(tp: Any, meta: Any = None, many: bool = False) -> str:
         return "mappings" if many else "a mapping"
     if tp not in _NOUNS:
         raise TypeError(f"typed_yaml does not support the annotation {tp!r}")
+    choices = _choices(meta) if tp is str else None
+    if choices is not None:
+        return ("values from " if many else "one of ") + ", ".join(repr(a) for a in choices)
     return _NOUNS[tp][many] + (_bounds_text(meta) if tp in (int, float) else "")
+
+
+def _choices(meta: Any) -> tuple[str, ...] | None:
+    """The values a `str` field allows (its `one_of` function's), or None for any string."""
+    one_of = meta.get("one_of") if meta else None
+    return None if one_of is None else tuple(one_of())
 
 
 def _bounds_text(meta: Any) -> str:
@@ -497,6 +512,8 @@ def _type_schema(tp: Any, meta: Any, defs: dict[str, dict[str, Any]], refs: set[
     if kind is None:
         raise TypeError(f"typed_yaml does not support the annotation {tp!r}")
     out: dict[str, Any] = {"type": kind}
+    if tp is str and (choices := _choices(meta)) is not None:
+        out["enum"] = list(choices)
     if tp in (int, float):
         for key, word in (("min", "minimum"), ("max", "maximum"), ("exclusive_min", "exclusiveMinimum")):
             if meta.get(key) is not None:

@@ -1,2 +1,3 @@
-"""Stage 2, the engine: the API adapters (one per HTTP API, behind one Protocol), JSON calls,
-Prometheus metrics, and connecting to an engine (or launching the embedded simulator)."""
+"""The engine stage: everything loadgate knows about the engines it speaks to, and no I/O.
+`loadgate.engine.adapters` holds one module per engine family: its API adapters (request bodies,
+response decoding) and its `Family` declaration (routes, metric names, what it promises)."""

@@ -22,8 +22,7 @@ import orjson
 
 from loadgate.config.contract import DEFAULT_NEAR_TIE_NATS, Contract
 from loadgate.config.profile import is_http_url
-from loadgate.engine.adapters import ADAPTERS
-from loadgate.engine.http import SessionSettings, make_session, session_settings
+from loadgate.engine.adapters import api_for_path, apis
 from loadgate.errors import UsageError
 from loadgate.exactness.baseline import Baseline, case_record, seq_output
 from loadgate.exactness.check import CheckResult
@@ -32,11 +31,9 @@ from loadgate.exactness.contract import passes, verdict
 from loadgate.exactness.replay import Observed
 from loadgate.jsonutil import write_atomic
 from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
+from loadgate.net.http import SessionSettings, make_session, session_settings
 from loadgate.secrets import MASK, redact_headers, registered
 from loadgate.version import __version__
-
-ROUTE_API = {"/v1/chat/completions": "openai-chat", "/v1/completions": "openai-completions",
-             "/generate": "sglang", "/completion": "llamacpp"}
 
 
 def _safe(name: str) -> str:
@@ -121,7 +118,7 @@ def load_bundle(path: Path) -> dict[str, Any]:
         checks = {"scenario.name": isinstance(sc.get("name"), str),
                   "scenario.in_flight_when_sent": isinstance(sc.get("in_flight_when_sent"), int),
                   "comparison": doc.get("comparison") is None or isinstance(doc["comparison"], dict),
-                  "api": doc.get("api") is None or doc["api"] in ADAPTERS,
+                  "api": doc.get("api") is None or doc["api"] in apis(),
                   "session": _is_session(doc.get("session")),
                   "baseline": _is_seq_record(doc["baseline"])}
         bad = [k for k, ok in checks.items() if not ok]
@@ -166,7 +163,7 @@ async def replay(doc: dict[str, Any], endpoint: str | None, times: int, concurre
     recreate the batch's size, not its contents)."""
     u = urlsplit(doc["route"])
     path = u.path
-    api = doc.get("api") or ROUTE_API.get(path)
+    api = doc.get("api") or api_for_path(path)
     if api is None:
         raise UsageError(f"bundle route {doc['route']!r} is not a generation route loadgate knows")
     base = (endpoint or f"{u.scheme}://{u.netloc}").rstrip("/")

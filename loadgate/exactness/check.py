@@ -21,9 +21,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgate.analysis.specdec import DRAFTS, prefix_cache
+from loadgate.analysis.specdec import draft_delta, prefix_cache
 from loadgate.config.contract import Contract, Verdict
 from loadgate.config.profile import Scenarios
+from loadgate.engine.adapters import family_for
 from loadgate.exactness.baseline import Baseline, seq_output
 from loadgate.exactness.compare import Comparison, compare
 from loadgate.exactness.contract import passes, verdict
@@ -31,7 +32,7 @@ from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.drift import scenario_drift, unstable
 from loadgate.exactness.outcome import RETRIES
 from loadgate.exactness.replay import CaseSender, Observed
-from loadgate.snapshot import Snapshot, delta, first_name
+from loadgate.snapshot import Snapshot
 
 
 @dataclass
@@ -164,13 +165,13 @@ def speculation_declared(fp: dict[str, Any]) -> tuple[bool | None, str]:
     return None, "the fingerprint does not say (declare `speculative` under target.declared)"
 
 
-def speculation_evidence(observed: list[Observed], before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
+def speculation_evidence(observed: list[Observed], before: Snapshot | None, after: Snapshot | None,
+                         api: str | None = None) -> dict[str, Any]:
     with_steps = sum(1 for o in observed if o.decoded.spec is not None and any(
         (v or 0) > 0 for v in (o.decoded.spec.verify_steps, o.decoded.spec.draft_tokens, o.decoded.spec.accepted)))
     drafts = None
     if before is not None and after is not None:
-        name = first_name(after, DRAFTS)
-        drafts = None if name is None else delta(before, after, name)
+        drafts = draft_delta(before, after, family_for(api, after))
     return {"requests_with_draft_activity": with_steps, "requests": len(observed), "counter_drafts_delta": drafts,
             "ran": with_steps > 0 or bool(drafts and drafts > 0)}
 
@@ -264,7 +265,7 @@ async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, cont
         observed, n = await _send_with_retries(sender, cases, in_flight, f"{tag}-{name}")
         now = await scrape() if scrape is not None else None
         if last is not None and now is not None:
-            info["prefix_cache"] = prefix_cache(last, now)
+            info["prefix_cache"] = prefix_cache(last, now, family_for(sender.spec.api, now))
         last = now
         scenarios[name] = info
         resent += n
@@ -273,7 +274,7 @@ async def run_check(sender: CaseSender, corpus: Corpus, baseline: Baseline, cont
         mark_in_flight_at_divergence(judged, observed)
         sequences += judged
     after = last if plans else (await scrape() if scrape is not None else None)
-    spec = speculation_evidence(everything, scrape_before, after)
+    spec = speculation_evidence(everything, scrape_before, after, sender.spec.api)
     spec.update({"required": bool(speculation_required), "source": speculation_source})
     result = CheckResult(contract, scenarios, sequences, spec, skipped, retried=resent)
     for name, in_flight, _ in plans:

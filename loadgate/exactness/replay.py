@@ -19,11 +19,11 @@ import orjson
 
 from loadgate.engine.adapters import chat_api_for
 from loadgate.engine.adapters.base import Decoded, GenRequest, Sampling
-from loadgate.engine.http import get_json
 from loadgate.errors import EngineError
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.corpus import Case
 from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
+from loadgate.net.http import get_json
 
 
 @dataclass
@@ -72,13 +72,11 @@ class CaseSender:
         """The prompt's token count from the engine's /tokenize (chat cases with their template);
         without that route, a conservative estimate of one token per 3 characters."""
         t = self.targets[case.kind]
-        body: dict[str, Any] = {"model": self.spec.model}
         if case.kind == "chat":
-            body.update(messages=list(case.messages or ()), add_generation_prompt=True)
-        elif self.spec.api.startswith("llamacpp"):
-            body = {"content": case.prompt or ""}
+            body: dict[str, Any] = {"model": self.spec.model, "messages": list(case.messages or ()),
+                                    "add_generation_prompt": True}
         else:
-            body["prompt"] = case.prompt or ""
+            body = t.adapter.tokenize_body(self.spec.model, case.prompt or "", add_special=None)
         try:
             data = await get_json(t.session, self.spec.base_url + "/tokenize", method="POST", body=body)
         except EngineError:

@@ -13,10 +13,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadgate.config.profile import Exactness, Profile, SamplingContract
+from loadgate.engine.adapters import context_length as family_context_length
 from loadgate.engine.adapters.base import Sampling
-from loadgate.engine.connect import Engine, open_engine, reference_target
-from loadgate.engine.http import empty_prefix_cache
-from loadgate.engine.servermetrics import scrape
 from loadgate.errors import EngineError, UsageError
 from loadgate.exactness import baseline as bl
 from loadgate.exactness.bundle import session_doc, write_bundles
@@ -30,6 +28,9 @@ from loadgate.gate.protocol import run_protocol
 from loadgate.gate.sampling import baseline_samples, distribution_preserving, seed_claim, seeded_replay
 from loadgate.jsonutil import dump_json
 from loadgate.load.target import target_spec
+from loadgate.net.connect import Engine, open_engine, reference_target
+from loadgate.net.http import empty_prefix_cache
+from loadgate.net.scrape import scrape
 
 
 def exactness_of(profile: Profile) -> Exactness:
@@ -182,17 +183,9 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
 
 
 def context_length(fp: dict[str, Any]) -> int | None:
-    """The longest context one request may use: vLLM's `max_model_len`, SGLang's `context_length`,
-    llama-server's per-slot `n_ctx`; None when the engine does not say."""
-    eng = fp.get("engine") or {}
-    for m in eng.get("models") or []:
-        if m.get("max_model_len"):
-            return int(m["max_model_len"])
-    info = eng.get("server_info") or {}
-    if isinstance(info.get("context_length"), int):
-        return int(info["context_length"])
-    n_ctx = ((eng.get("props") or {}).get("default_generation_settings") or {}).get("n_ctx")
-    return int(n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else None
+    """The longest context one request may use (vLLM's `max_model_len`, SGLang's `context_length`,
+    llama-server's per-slot `n_ctx`: each family's reading); None when the engine does not say."""
+    return family_context_length(fp.get("engine") or {})
 
 
 def check_text(o: CheckOutcome) -> str:

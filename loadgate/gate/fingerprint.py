@@ -24,7 +24,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadgate.engine.servermetrics import scrape
+from loadgate.engine.adapters import info_metrics, introspection, metric_prefixes
+from loadgate.net.scrape import scrape
 
 VOLATILE_KEYS = frozenset({
     # counters, state and clocks
@@ -69,31 +70,32 @@ async def _get(session: aiohttp.ClientSession, url: str) -> Any | None:
 async def introspect(session: aiohttp.ClientSession, base: str, metrics_url: str | None = None) -> dict[str, Any]:
     """Ask the engine what it is. Routes that do not exist are simply absent from the result."""
     out: dict[str, Any] = {}
-    version = await _get(session, f"{base}/version")
-    if isinstance(version, dict):
-        out["version"] = _strip(version)
-    models = await _get(session, f"{base}/v1/models")
-    if isinstance(models, dict) and models.get("data"):
-        out["models"] = [{k: m.get(k) for k in ("id", "root", "parent", "max_model_len") if k in m}
-                         for m in models["data"]]
-    info = await _get(session, f"{base}/server_info") or await _get(session, f"{base}/get_server_info")
-    if isinstance(info, dict):
-        out["server_info"] = _strip(info)
-    props = await _get(session, f"{base}/props")
-    if isinstance(props, dict):
-        p = _strip(props)
-        template = p.pop("chat_template", None)
-        if isinstance(template, str):
-            p["chat_template_sha256"] = sha256_text(template)
-        out["props"] = p
+    for q in introspection():  # each engine family's routes (of several for one key, the first answering)
+        got = None
+        for route in q.routes:
+            got = await _get(session, base + route)
+            if got:
+                break
+        if isinstance(got, dict) and q.key == "models":  # OpenAI's list: only what names the model
+            if got.get("data"):
+                out[q.key] = [{k: m.get(k) for k in ("id", "root", "parent", "max_model_len") if k in m}
+                              for m in got["data"]]
+        elif isinstance(got, dict):
+            doc = _strip(got)
+            for name in q.hashed:
+                value = doc.pop(name, None)
+                if isinstance(value, str):
+                    doc[name + "_sha256"] = sha256_text(value)
+            out[q.key] = doc
     snap = await scrape(session, metrics_url or f"{base}/metrics")
     if snap is not None:
+        kept, prefixes = info_metrics(), metric_prefixes()
         labels: dict[str, list[str]] = {}
         for (name, lab), _ in snap.values.items():
-            if name.startswith(("vllm:cache_config_info", "vllm:model_config_info")) or name.endswith("_info"):
+            if name.startswith(kept) or name.endswith("_info"):
                 labels[name] = sorted(f"{k}={v}" for k, v in lab if k not in VOLATILE_LABELS)
         engines = sorted({dict(lab).get("model_name", "") for (n, lab), _ in snap.values.items()
-                          if n.startswith(("vllm:", "sglang:", "llamacpp:"))} - {""})
+                          if n.startswith(prefixes)} - {""})
         out["metrics_labels"] = {"model_name": engines, **labels}
     return out
 

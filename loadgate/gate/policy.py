@@ -20,12 +20,12 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-from loadgate.engine.connect import Engine
 from loadgate.errors import ExactnessFailed, ExactnessNotEstablished
 from loadgate.exactness.outcome import not_established_words
 from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.check import CheckOutcome, check_engine, check_text, fingerprint_of
 from loadgate.gate.fingerprint import describe_diff, diff
+from loadgate.net.connect import Engine
 
 _ISSUED: weakref.WeakSet[Attestation | Unverified] = weakref.WeakSet()
 

@@ -29,8 +29,8 @@ generated — seen on 2 cores beside vLLM's CPU engine, whose busy processes can
 and vLLM's API server off the CPU for the whole generation — is tried again, up to 3 times, and
 is otherwise not established, never failed.
 
-The running gauge and the generated-token counter are the engine's own (`GAUGES["running"]`,
-`specdec.GENERATED`): vLLM, SGLang and llama-server (`--metrics`) serve both.
+The running gauge and the generated-token counter are the engine family's own (`Family.gauges`,
+`Family.generated`): vLLM, SGLang and llama-server (`--metrics`) serve both.
 """
 
 from __future__ import annotations
@@ -45,10 +45,9 @@ from typing import Any, Literal
 import aiohttp
 import orjson
 
-from loadgate.analysis.specdec import GENERATED
 from loadgate.config.profile import Protocol
+from loadgate.engine.adapters import family_for
 from loadgate.engine.adapters.base import Decoded
-from loadgate.engine.servermetrics import GAUGES
 from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.replay import CaseSender
 from loadgate.snapshot import Snapshot, first_name
@@ -113,7 +112,11 @@ class _Probe:
         snap = await self.scrape()
         if snap is None:
             return None, None
-        running, generated = first_name(snap, GAUGES["running"]), first_name(snap, GENERATED)
+        family = family_for(self.sender.spec.api, snap)
+        if family is None:
+            return None, None
+        running = first_name(snap, family.gauges.get("running", ()))
+        generated = first_name(snap, (family.generated,) if family.generated else ())
         return (None if running is None else snap.total(running),
                 None if generated is None else snap.total(generated))
 

@@ -24,6 +24,7 @@ import dataclasses
 from typing import Any
 
 from loadgate.config.profile import SamplingContract
+from loadgate.engine.adapters import identify
 from loadgate.engine.adapters.base import Decoded
 from loadgate.errors import UsageError
 from loadgate.exactness.corpus import Case, Corpus
@@ -37,20 +38,12 @@ SAMPLE_TOKENS = 3  # the first token from prefill, the second the first a verify
 
 
 def seed_claim(fp: dict[str, Any]) -> str:
-    """What the engine says about per-request seeds, from its fingerprint (the report states it)."""
+    """What the engine says about per-request seeds, from its fingerprint (the report states it):
+    the words of the engine family the fingerprint identifies."""
     eng = fp.get("engine") or {}
-    info = eng.get("server_info") or {}
-    labels = eng.get("metrics_labels") or {}
-    if "sim" in info:
-        return "the simulator takes a per-request seed"
-    if eng.get("props"):
-        return "llama.cpp takes a per-request seed"
-    if "vllm_config" in info or any(str(k).startswith("vllm:") for k in labels):
-        return "vLLM takes a per-request seed"
-    if info:
-        det = info.get("enable_deterministic_inference")
-        return ("SGLang takes a per-request sampling_seed" + ("" if det else
-                "; without --enable-deterministic-inference it does not promise to honour it"))
+    family = identify(eng)
+    if family is not None:
+        return family.seeds(eng)
     return "unknown whether the engine takes per-request seeds (tested as if it did)"
 
 

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from loadgate.config.profile import Profile
-from loadgate.engine.connect import Engine
-from loadgate.engine.http import empty_prefix_cache
-from loadgate.engine.servermetrics import GaugeSampler, scrape
+from loadgate.engine.adapters import metric_prefixes
 from loadgate.load.executors import Concurrency, LoadLevel, Rate, StopFlag
 from loadgate.load.plan import Plan, build_plan
 from loadgate.load.target import LiveTarget, TargetSpec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
+from loadgate.net.connect import Engine
+from loadgate.net.http import empty_prefix_cache
+from loadgate.net.scrape import GaugeSampler, scrape
 from loadgate.records import RecordWriter
 from loadgate.snapshot import Snapshot, snapshot_to_json
 
@@ -45,7 +46,7 @@ async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
 
 
 def _snapshot(s: Snapshot | None) -> Any:
-    return None if s is None else snapshot_to_json(s)
+    return None if s is None else snapshot_to_json(s, metric_prefixes())
 
 
 async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, overload
 import orjson
 
 from loadgate.config.profile import Load, Profile, Workload
-from loadgate.engine.adapters import CHAT_APIS
+from loadgate.engine.adapters import is_chat
 from loadgate.errors import UsageError
 from loadgate.load.workload.lengths import draw_lengths
 
@@ -210,7 +210,7 @@ def trace_of(profile: Profile, pool: np.ndarray | None = None) -> _TraceRequests
     assert w.trace is not None
     t = _TraceRequests(profile.resolve(w.trace), w.requests, profile.seed,
                        np.zeros(1, dtype=np.int64) if pool is None else pool)
-    if t.first_ids_line is not None and profile.target.api in CHAT_APIS:
+    if t.first_ids_line is not None and is_chat(profile.target.api):
         raise UsageError(f"{t.first_ids_line}: prompt_ids cannot be sent to target.api {profile.target.api!r}, "
                          "which takes text: give prompt or messages there, or use a completions API")
     return t

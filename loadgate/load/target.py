@@ -19,11 +19,11 @@ import orjson
 from loadgate.config.profile import Profile
 from loadgate.engine.adapters import adapter_for
 from loadgate.engine.adapters.base import Decoded, EngineAdapter, ErrorInfo, GenRequest
-from loadgate.engine.http import SessionSettings, TlsFiles
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.sse import DEFAULT_MAX_EVENT, EventTooLarge, SSEEvent, frame_sse
 from loadgate.load.transport import READ_SIZE, Conn, Limits, Pool, Refused, parse_response
 from loadgate.load.turns import LOOP_TURNS, resolved
+from loadgate.net.http import SessionSettings, TlsFiles
 from loadgate.secrets import register, registered
 
 

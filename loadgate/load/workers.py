@@ -33,8 +33,6 @@ from typing import Any
 
 import loadgate.errors as errors
 from loadgate.config.profile import Profile
-from loadgate.engine.connect import run_async
-from loadgate.engine.http import make_session
 from loadgate.load.exchanges import log_path
 from loadgate.load.executors import NEVER, ClosedLoop, Concurrency, LoadLevel, OpenLoop, Rate, StopFlag
 from loadgate.load.health import HealthMonitor
@@ -42,6 +40,8 @@ from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
 from loadgate.load.target import LiveTarget, TargetSpec, body_for
 from loadgate.load.turns import LOOP_TURNS
+from loadgate.net.connect import run_async
+from loadgate.net.http import make_session
 from loadgate.records import STEAL_TRUSTED, RecordWriter
 
 

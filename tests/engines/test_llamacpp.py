@@ -314,9 +314,9 @@ def test_fingerprint_reads_props_and_changes_with_the_slot_count(serve, work, pr
 
 def send(url: str, api: str, req: GenRequest) -> Decoded:
     """One request through loadgate's own transport and adapter; the decoded response."""
-    from loadgate.engine.connect import run_async
-    from loadgate.engine.http import make_session
     from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
+    from loadgate.net.connect import run_async
+    from loadgate.net.http import make_session
 
     async def go() -> Decoded:
         async with make_session() as session:

@@ -42,9 +42,10 @@ import common  # noqa: E402  (scripts/engines is on sys.path: tests/engines/conf
 import orjson
 import pytest
 
-from loadgate.analysis.specdec import GENERATED, contamination
+from loadgate.analysis.specdec import contamination
 from loadgate.analysis.summary import build_summary
 from loadgate.cli import main
+from loadgate.engine.adapters import FAMILIES, family_for
 from loadgate.gate.fingerprint import VOLATILE_KEYS
 from loadgate.jsonutil import load_json
 from loadgate.records import read_records
@@ -331,10 +332,11 @@ def test_performance_phase_reads_sglang_counters_and_finds_the_window_clean(f32_
     Δ`sglang:generation_tokens_total` over the measured window equals the tokens the client
     received; requests and prompt tokens agree with the plan too."""
     before, after = server_window(f32_run["dir"], "2")
-    assert first_name(after, GENERATED) == "sglang:generation_tokens_total"
+    assert family_for("openai-completions", after) is FAMILIES["sglang"]
+    assert first_name(after, (FAMILIES["sglang"].generated,)) == "sglang:generation_tokens_total"
     records = [r for r in read_records(f32_run["dir"] / "records.jsonl") if r.level == 2]
     assert len(records) == MEASURED and all(r.succeeded and r.output_tokens == MAX_TOKENS for r in records)
-    cc = contamination(before, after, records)
+    cc = contamination(before, after, records, family_for("openai-completions", after))
     assert cc is not None and cc["clean"], cc
     assert cc["server_generation_tokens"] == cc["client_generation_tokens"] == MEASURED * MAX_TOKENS
     assert delta(before, after, "sglang:num_requests_total") == MEASURED
@@ -415,9 +417,9 @@ def test_loadgate_reads_sglangs_counters_although_it_gzips_its_metrics(servers):
     """SGLang answers /metrics gzip-compressed to a client that accepts gzip; loadgate's scrape,
     through a session with no header of its own, still reads every counter (before the fix it
     read nothing and said nothing)."""
-    from loadgate.engine.connect import run_async
-    from loadgate.engine.http import make_session
-    from loadgate.engine.servermetrics import scrape
+    from loadgate.net.connect import run_async
+    from loadgate.net.http import make_session
+    from loadgate.net.scrape import scrape
 
     srv = servers.get("f32")
 
@@ -491,7 +493,7 @@ def test_loadgate_records_the_prefix_cache_counter_of_the_measured_window(radix,
     assert after.total("sglang:cached_tokens_total", cache_source="device") is not None
     assert cached is not None and cached >= 0
     records = [r for r in read_records(run / "records.jsonl") if r.level == 2]
-    cc = contamination(before, after, records)
+    cc = contamination(before, after, records, family_for("openai-completions", after))
     assert cc is not None and cc["clean"], cc
     note(engine_logs, test="radix-counters", cached_tokens_delta=cached,
          cached_tokens_total=after.total("sglang:cached_tokens_total"))

@@ -6,7 +6,7 @@ attack loop sends the bytes and keeps the reads; decoding happens after the requ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -115,8 +115,20 @@ class EngineAdapter(Protocol):
     name: str
     path: str
     ids_in_stream: bool  # a stream carries every output id (else exactness sends requests unstreamed)
+    family: str | None  # the engine family it implies (`Family.name`); None: told by the server's metrics
+    chat: bool  # a chat route (requests carry messages)
+    chat_api: str  # the chat route of the same engine (the reference corpus's chat cases go there)
+    prompt_cache_off: bool  # every body asks the engine not to use its prompt cache (no reset needed)
 
     def build_body(self, req: GenRequest, model: str) -> dict[str, Any]: ...
+
+    def tokenize_body(self, model: str, text: str, add_special: bool | None = False) -> dict[str, Any]:
+        """The engine's `/tokenize` body for `text`; `add_special` None: the engine's default."""
+        ...
+
+    def detokenized(self, answer: dict[str, Any]) -> Any:
+        """The text of the engine's `/detokenize` answer (not checked to be a string)."""
+        ...
 
     def decode_stream(self, events: list[tuple[int, bytes]]) -> Decoded:
         """Decode SSE `data` payloads (with their arrival times) of one streamed response."""
@@ -125,6 +137,19 @@ class EngineAdapter(Protocol):
     def decode_body(self, t_ns: int, body: bytes) -> Decoded:
         """Decode one non-streamed response body that finished arriving at `t_ns`."""
         ...
+
+
+def timings_spec(timings: dict[str, Any]) -> SpecCounts | None:
+    """Draft counts of a response's `timings` (`draft_n`, `draft_n_accepted`), as llama-server
+    writes them on its native and its /v1 routes; None when nothing was drafted."""
+    if "draft_n" not in timings:
+        return None
+
+    def count(key: str) -> int | None:  # anything but a count is no count (the run's arithmetic needs ints)
+        v = timings.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+    return SpecCounts(source="llama.cpp timings", draft_tokens=count("draft_n"), accepted=count("draft_n_accepted"))
 
 
 def error_message(obj: Any) -> str | None:
@@ -178,3 +203,107 @@ def iter_objects(events: list[tuple[int, bytes]], d: Decoded) -> Iterator[tuple[
             yield t_ns, obj
         elif d.error is None:
             d.error = err or ErrorInfo("malformed", f"event is not an object: {data[:80]!r}")
+
+
+GaugeKey = Literal["kv_cache_usage", "running", "waiting"]
+GAUGE_KEYS: tuple[GaugeKey, ...] = ("kv_cache_usage", "running", "waiting")
+
+
+@dataclass(frozen=True, slots=True)
+class SpecCounters:
+    """An engine's speculative-decoding counters (Prometheus names). `drafts_are_steps`: one draft
+    is one verify step (vLLM), so 1 + Δaccepted / Δdrafts is the per-request acceptance length;
+    False where the engine counts only steps that verified a draft (llama.cpp), so only the token
+    counts (accepted, drafted) compare with the responses'."""
+
+    drafts: str
+    draft_tokens: str
+    accepted: str
+    per_position: str | None = None  # accepted tokens by draft position (label `position`)
+    drafts_are_steps: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Introspection:
+    """A route the fingerprint asks (GET): its answer is kept under `key`, volatile fields left out
+    and the `hashed` fields replaced by their sha256 (`FIELD_sha256`). Of several families' routes
+    for one key, the first answering wins."""
+
+    key: str
+    routes: tuple[str, ...]
+    hashed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """Everything loadgate knows about one engine family besides its request and response formats
+    (those are its adapters'): the routes it serves, the names of its metrics, what it promises.
+    One per module of `loadgate.engine.adapters`, registered in `FAMILIES` there; no other module
+    branches on an engine's name.
+
+    `identifies(engine)` tells from a fingerprint's introspected part (`engine` of
+    `gate.fingerprint.build`) whether the server is this family's; `seeds(engine)` states what it
+    promises about per-request sampling seeds (the sampling contracts' report quotes it);
+    `context_length(engine)` the longest context one request may use, where it says."""
+
+    name: str  # as run folders write it (`engine` of the counters' acceptance)
+    title: str  # as people write it
+    metric_prefix: str  # every metric it serves begins so ("" for none of its own)
+    # identification order, lowest first: a family whose `identifies` is loose (SGLang: any
+    # /server_info) comes after the ones it could take for itself (the simulator serves one too)
+    precedence: int = 50
+    gauges: dict[GaugeKey, tuple[str, ...]] = field(default_factory=dict)  # first one served is read
+    generated: str | None = None  # generated tokens counter
+    successes: str | None = None  # finished requests counter (label `finished_reason`)
+    spec: SpecCounters | None = None
+    prefix_cache: tuple[str, str] | None = None  # (hits, queries) counters, in prompt tokens
+    info_metrics: tuple[str, ...] = ()  # metrics whose labels the fingerprint keeps (and any `*_info`)
+    introspection: tuple[Introspection, ...] = ()
+    reset_routes: tuple[str, ...] = ()  # POST routes that empty its prefix cache
+    identifies: Callable[[dict[str, Any]], bool] = field(default=lambda engine: False)
+    seeds: Callable[[dict[str, Any]], str] = field(default=lambda engine: "")
+    context_length: Callable[[dict[str, Any]], int | None] = field(default=lambda engine: None)
+
+    def metric_names(self) -> tuple[str, ...]:
+        """Every metric name it declares (a snapshot holding one of them is this family's)."""
+        names = [n for key in GAUGE_KEYS for n in self.gauges.get(key, ())]
+        names += [n for n in (self.generated, self.successes) if n]
+        if self.spec is not None:
+            names += [self.spec.drafts, self.spec.draft_tokens, self.spec.accepted]
+        names += list(self.prefix_cache or ())
+        return tuple(names)
+
+
+class PromptTokenize:
+    """`/tokenize` and `/detokenize` as vLLM and SGLang serve them: the text in `prompt`."""
+
+    def tokenize_body(self, model: str, text: str, add_special: bool | None = False) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": model, "prompt": text}
+        if add_special is not None:
+            body["add_special_tokens"] = add_special
+        return body
+
+    def detokenized(self, answer: dict[str, Any]) -> Any:
+        return answer.get("prompt")
+
+
+class ContentTokenize:
+    """`/tokenize` and `/detokenize` as llama-server serves them: the text in `content`."""
+
+    def tokenize_body(self, model: str, text: str, add_special: bool | None = False) -> dict[str, Any]:
+        body: dict[str, Any] = {"content": text}
+        if add_special is not None:
+            body["add_special"] = add_special
+        return body
+
+    def detokenized(self, answer: dict[str, Any]) -> Any:
+        return answer.get("content")
+
+
+def models_context_length(engine: dict[str, Any]) -> int | None:
+    """`max_model_len` of the first model in OpenAI's `/v1/models` list that gives one (vLLM's
+    field; SGLang and the simulator serve it too)."""
+    for m in engine.get("models") or []:
+        if isinstance(m, dict) and m.get("max_model_len"):
+            return int(m["max_model_len"])
+    return None

@@ -1,4 +1,5 @@
-"""llama.cpp `llama-server` native /completion route.
+"""The llama.cpp family: `llama-server`'s native /completion route (`llamacpp`), its /v1 routes
+(`llamacpp-openai-*`), and what else loadgate knows about it (`LLAMACPP`).
 
 Body: `prompt` (ids or text), `n_predict`, `n_probs`, `return_tokens`, `cache_prompt: false`
 (its own docs warn prompt caching can make results nondeterministic), every sampler set
@@ -8,6 +9,18 @@ event (`stop: true`) carries `timings` with `draft_n` / `draft_n_accepted` (abse
 nothing was drafted). `completion_probabilities` is missing for tokens accepted from a draft in a
 stream, and reads `logprob: 0.0` with an empty `top_logprobs` in a non-streamed body: both are
 placeholders, recorded in `placeholder_positions`, never values.
+
+llama-server's /v1 answers, as its 0.3.36 build gives them (see tests/engines/test_llamacpp.py):
+- ids: none in `choices`; `__verbose.tokens` has them per event of a /v1/completions stream and in
+  a non-streamed body of either route; a /v1/chat/completions stream has them in no event (its
+  final `__verbose.tokens` is empty), so exactness sends chat cases to it non-streamed;
+- logprobs: `logprobs.content[]` (chat's shape, also on /v1/completions) with an `id` per entry;
+  a token accepted from a draft has no entry in a stream and `logprob: 0.0` with an empty
+  `top_logprobs` in a body: placeholders, never values;
+- `timings` (with `draft_n` / `draft_n_accepted` when a draft was proposed) on the body and on
+  a stream's final event;
+- `cache_prompt` is on by default: a prompt's cached prefix changes the batch shapes and so the
+  logprobs (seen: 2 of 3 prompt tokens cached moved a logprob in its 7th digit); sent false.
 """
 
 from __future__ import annotations
@@ -16,24 +29,18 @@ from typing import Any
 
 from loadgate.engine.adapters.base import (
     Chunk,
+    ContentTokenize,
     Decoded,
+    Family,
     GenRequest,
-    SpecCounts,
+    Introspection,
+    SpecCounters,
     iter_objects,
     load_payload,
     server_count,
+    timings_spec,
 )
-
-
-def llama_spec(timings: dict[str, Any]) -> SpecCounts | None:
-    if "draft_n" not in timings:
-        return None
-
-    def count(key: str) -> int | None:  # anything but a count is no count (the run's arithmetic needs ints)
-        v = timings.get(key)
-        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
-    return SpecCounts(source="llama.cpp timings", draft_tokens=count("draft_n"), accepted=count("draft_n_accepted"))
+from loadgate.engine.adapters.openai import OpenAIChat, OpenAICompletions
 
 
 def _stop_reason(obj: dict[str, Any]) -> str | None:
@@ -41,10 +48,14 @@ def _stop_reason(obj: dict[str, Any]) -> str | None:
     return {"limit": "length", "eos": "stop", "word": "stop"}.get(st, st) if st else None
 
 
-class LlamaCppCompletion:
+class LlamaCppCompletion(ContentTokenize):
     name = "llamacpp"
     path = "/completion"
     ids_in_stream = True
+    family = "llamacpp"
+    chat = False
+    chat_api = "llamacpp-openai-chat"
+    prompt_cache_off = True  # every body carries `cache_prompt: false`
 
     def build_body(self, req: GenRequest, model: str) -> dict[str, Any]:
         s = req.sampling
@@ -93,7 +104,7 @@ class LlamaCppCompletion:
                 d.finish_reason = _stop_reason(obj)
                 d.prompt_tokens = server_count(d, "prompt_tokens", obj.get("tokens_evaluated"))
                 d.completion_tokens = server_count(d, "completion_tokens", obj.get("tokens_predicted"))
-                d.spec = llama_spec(obj.get("timings") or {})
+                d.spec = timings_spec(obj.get("timings") or {})
                 d.system_fingerprint = obj.get("system_fingerprint")
         d.text = "".join(text)
         if not want_probs:
@@ -106,7 +117,7 @@ class LlamaCppCompletion:
             return Decoded(error=err)
         toks = list(obj.get("tokens") or [])
         d = Decoded(token_source="ids", output_ids=toks, text=obj.get("content") or "",
-                    finish_reason=_stop_reason(obj), spec=llama_spec(obj.get("timings") or {}),
+                    finish_reason=_stop_reason(obj), spec=timings_spec(obj.get("timings") or {}),
                     system_fingerprint=obj.get("system_fingerprint"))
         d.prompt_tokens = server_count(d, "prompt_tokens", obj.get("tokens_evaluated"))
         d.completion_tokens = server_count(d, "completion_tokens", obj.get("tokens_predicted"))
@@ -116,3 +127,65 @@ class LlamaCppCompletion:
         if toks:
             d.chunks.append(Chunk(t_ns, len(toks), toks))
         return d
+
+
+class _LlamaCppOpenAI(ContentTokenize):
+    """llama-server's /v1 routes: ids through `verbose` + `return_tokens`, no prompt cache, its own
+    name for the repetition penalty (it ignores vLLM's)."""
+
+    placeholder_zero = True
+    family: str | None = "llamacpp"
+    chat_api = "llamacpp-openai-chat"
+    prompt_cache_off = True  # every body carries `cache_prompt: false`
+
+    def _add_engine(self, body: dict[str, Any], req: GenRequest) -> None:
+        for k in ("return_token_ids", "return_tokens_as_token_ids", "repetition_penalty"):
+            body.pop(k, None)
+        body.update(verbose=True, return_tokens=True, cache_prompt=False,
+                    repeat_penalty=req.sampling.repetition_penalty)
+        if body.get("top_k", 0) < 0:
+            body["top_k"] = 0  # llama.cpp: 0 disables top-k
+
+
+class LlamaCppOpenAICompletions(_LlamaCppOpenAI, OpenAICompletions):
+    name = "llamacpp-openai-completions"
+
+
+class LlamaCppOpenAIChat(_LlamaCppOpenAI, OpenAIChat):
+    name = "llamacpp-openai-chat"
+    ids_in_stream = False  # a chat stream's events carry no ids (its final `__verbose.tokens` is empty)
+
+
+def _seeds(engine: dict[str, Any]) -> str:
+    return "llama.cpp takes a per-request seed"
+
+
+
+def _context_length(engine: dict[str, Any]) -> int | None:
+    """The per-slot context (`default_generation_settings.n_ctx` of /props)."""
+    n = ((engine.get("props") or {}).get("default_generation_settings") or {}).get("n_ctx")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+LLAMACPP = Family(
+    name="llamacpp", title="llama.cpp", metric_prefix="llamacpp:",
+    gauges={"kv_cache_usage": ("llamacpp:kv_cache_usage_ratio",), "running": ("llamacpp:requests_processing",),
+            "waiting": ("llamacpp:requests_deferred",)},
+    generated="llamacpp:tokens_predicted_total",
+    # `drafts` counts only the steps that verified a draft: a step whose draft proposed nothing is not
+    # counted, so 1 + Δaccepted / Δdrafts is the length per drafting step (>= the per-request figure)
+    spec=SpecCounters(drafts="llamacpp:spec_decode_num_drafts_total",
+                      draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
+                      accepted="llamacpp:spec_decode_num_accepted_tokens_total",
+                      per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos_total", drafts_are_steps=False),
+    introspection=(Introspection("props", ("/props",), hashed=("chat_template",)),),
+    reset_routes=(),  # none: its adapters send `cache_prompt: false`, so no request uses the cache
+    identifies=lambda engine: bool(engine.get("props")),
+    seeds=_seeds,
+    context_length=_context_length,
+)
+
+
+FAMILY = LLAMACPP
+APIS = {"llamacpp": LlamaCppCompletion, "llamacpp-openai-completions": LlamaCppOpenAICompletions,
+        "llamacpp-openai-chat": LlamaCppOpenAIChat}

@@ -1,22 +1,11 @@
-"""OpenAI-compatible routes: /v1/completions, /v1/chat/completions, as vLLM (and the simulator)
-serve them (`openai-*`) and as llama.cpp's llama-server serves them (`llamacpp-openai-*`).
+"""OpenAI-compatible routes: /v1/completions, /v1/chat/completions, as vLLM, SGLang and the
+simulator serve them (`openai-*`); llama.cpp's llama-server's variants of them (`llamacpp-openai-*`)
+are `loadgate.engine.adapters.llamacpp`'s.
 
 Token counts per chunk, strongest source first: output ids (vLLM `choices[].token_ids` with
 `return_token_ids`; llama-server `__verbose.tokens` with `verbose` + `return_tokens`), the delta of
 cumulative `usage.completion_tokens` (`continuous_usage_stats`), the number of logprob entries,
 and as a last resort one token per content chunk (recorded as such).
-
-llama-server's /v1 answers, as its 0.3.36 build gives them (see tests/engines/test_llamacpp.py):
-- ids: none in `choices`; `__verbose.tokens` has them per event of a /v1/completions stream and in
-  a non-streamed body of either route; a /v1/chat/completions stream has them in no event (its
-  final `__verbose.tokens` is empty), so exactness sends chat cases to it non-streamed;
-- logprobs: `logprobs.content[]` (chat's shape, also on /v1/completions) with an `id` per entry;
-  a token accepted from a draft has no entry in a stream and `logprob: 0.0` with an empty
-  `top_logprobs` in a body: placeholders, never values;
-- `timings` (with `draft_n` / `draft_n_accepted` when a draft was proposed) on the body and on
-  a stream's final event;
-- `cache_prompt` is on by default: a prompt's cached prefix changes the batch shapes and so the
-  logprobs (seen: 2 of 3 prompt tokens cached moved a logprob in its 7th digit); sent false.
 """
 
 from __future__ import annotations
@@ -27,13 +16,14 @@ from loadgate.engine.adapters.base import (
     Chunk,
     Decoded,
     GenRequest,
+    PromptTokenize,
     SpecCounts,
     TokenSource,
     iter_objects,
     load_payload,
     server_count,
+    timings_spec,
 )
-from loadgate.engine.adapters.llamacpp import llama_spec
 
 _RANK: dict[TokenSource, int] = {"ids": 0, "usage": 1, "meta_info": 1, "logprobs": 2, "one_per_chunk": 3}
 
@@ -78,7 +68,7 @@ def _chat_logprobs(lp: dict[str, Any]) -> LogprobLists:
 
 def _spec_from_metrics(obj: dict[str, Any]) -> SpecCounts | None:
     if isinstance(obj.get("timings"), dict):  # llama-server
-        return llama_spec(obj["timings"])
+        return timings_spec(obj["timings"])
     sd = (obj.get("metrics") or {}).get("speculative_decoding") if isinstance(obj.get("metrics"), dict) else None
     if not isinstance(sd, dict):
         return None
@@ -87,9 +77,13 @@ def _spec_from_metrics(obj: dict[str, Any]) -> SpecCounts | None:
                      reported_acceptance_length=sd.get("mean_acceptance_length"))
 
 
-class _OpenAIBase:
+class _OpenAIBase(PromptTokenize):
     name = "openai"
     path = "/v1/completions"
+    family: str | None = None  # vLLM, SGLang's /v1 and the simulator serve these routes: the metrics tell
+    chat = False
+    chat_api = "openai-chat"
+    prompt_cache_off = False
     placeholder_zero = False  # `logprob 0.0` with no alternatives is a placeholder (llama-server)
     ids_in_stream = True  # a stream of this route carries every output id
 
@@ -264,6 +258,7 @@ class OpenAICompletions(_OpenAIBase):
 class OpenAIChat(_OpenAIBase):
     name = "openai-chat"
     path = "/v1/chat/completions"
+    chat = True
 
     def _add_prompt(self, body: dict[str, Any], req: GenRequest) -> None:
         if req.messages is not None:
@@ -287,25 +282,4 @@ class OpenAIChat(_OpenAIBase):
         return part.get("content") or ""
 
 
-class _LlamaCppOpenAI:
-    """llama-server's /v1 routes: ids through `verbose` + `return_tokens`, no prompt cache, its own
-    name for the repetition penalty (it ignores vLLM's)."""
-
-    placeholder_zero = True
-
-    def _add_engine(self, body: dict[str, Any], req: GenRequest) -> None:
-        for k in ("return_token_ids", "return_tokens_as_token_ids", "repetition_penalty"):
-            body.pop(k, None)
-        body.update(verbose=True, return_tokens=True, cache_prompt=False,
-                    repeat_penalty=req.sampling.repetition_penalty)
-        if body.get("top_k", 0) < 0:
-            body["top_k"] = 0  # llama.cpp: 0 disables top-k
-
-
-class LlamaCppOpenAICompletions(_LlamaCppOpenAI, OpenAICompletions):
-    name = "llamacpp-openai-completions"
-
-
-class LlamaCppOpenAIChat(_LlamaCppOpenAI, OpenAIChat):
-    name = "llamacpp-openai-chat"
-    ids_in_stream = False  # a chat stream's events carry no ids (its final `__verbose.tokens` is empty)
+APIS = {"openai-completions": OpenAICompletions, "openai-chat": OpenAIChat}  # no family: the metrics tell

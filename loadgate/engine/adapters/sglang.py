@@ -1,4 +1,5 @@
-"""SGLang's native /generate route.
+"""The SGLang family: its native /generate route (`sglang`; its /v1 routes are the `openai-*`
+adapters') and what else loadgate knows about it (`SGLANG`).
 
 Streaming: each SSE event carries `output_ids`, `text` and `meta_info`. By default SGLang sends
 them cumulatively (every event repeats the whole output so far); with
@@ -16,10 +17,14 @@ from typing import Any
 from loadgate.engine.adapters.base import (
     Chunk,
     Decoded,
+    Family,
     GenRequest,
+    Introspection,
+    PromptTokenize,
     SpecCounts,
     iter_objects,
     load_payload,
+    models_context_length,
     server_count,
 )
 
@@ -45,10 +50,14 @@ def _lp_lists(meta: dict[str, Any]) -> tuple[list[Any], list[Any]]:
     return list(meta.get("output_token_logprobs") or []), list(meta.get("output_top_logprobs") or [])
 
 
-class SGLangGenerate:
+class SGLangGenerate(PromptTokenize):
     name = "sglang"
     path = "/generate"
     ids_in_stream = True
+    family = "sglang"
+    chat = False
+    chat_api = "openai-chat"
+    prompt_cache_off = False
 
     def build_body(self, req: GenRequest, model: str) -> dict[str, Any]:
         s = req.sampling
@@ -142,3 +151,35 @@ class SGLangGenerate:
         if n:
             d.chunks.append(Chunk(t_ns, n, d.output_ids))
         return d
+
+
+def _seeds(engine: dict[str, Any]) -> str:
+    det = (engine.get("server_info") or {}).get("enable_deterministic_inference")
+    return "SGLang takes a per-request sampling_seed" + (
+        "" if det else "; without --enable-deterministic-inference it does not promise to honour it")
+
+
+
+def _context_length(engine: dict[str, Any]) -> int | None:
+    n = (engine.get("server_info") or {}).get("context_length")
+    return n if isinstance(n, int) and not isinstance(n, bool) else models_context_length(engine)
+
+
+SGLANG = Family(
+    name="sglang", title="SGLang", metric_prefix="sglang:", precedence=90,
+    gauges={"kv_cache_usage": ("sglang:token_usage",), "running": ("sglang:num_running_reqs",),
+            "waiting": ("sglang:num_queue_reqs",)},
+    # incremented once per finished request by its completion tokens (labels `is_streaming`, summed).
+    # No speculative-decoding counters, only gauges (`sglang:spec_accept_length`, ...): no `spec`
+    generated="sglang:generation_tokens_total",
+    prefix_cache=("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
+    introspection=(Introspection("server_info", ("/server_info", "/get_server_info")),),
+    reset_routes=("/flush_cache",),
+    identifies=lambda engine: bool(engine.get("server_info")),
+    seeds=_seeds,
+    context_length=_context_length,
+)
+
+
+FAMILY = SGLANG
+APIS = {"sglang": SGLangGenerate}

@@ -25,10 +25,11 @@ from typing import Any
 
 import aiohttp
 
-from loadgate.engine.http import Unreachable, get_json
+from loadgate.engine.adapters import adapter_for
 from loadgate.errors import EngineError, UsageError
 from loadgate.load.workload.hf import HFTokenizer, TemplateError
 from loadgate.load.workload.text import filler_text, filler_words
+from loadgate.net.http import Unreachable, get_json
 
 _WORD = re.compile(r"^ [A-Za-z]{2,}$")
 MAX_TEXT_POOL = 400
@@ -76,17 +77,11 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) 
     return data
 
 
-def tokenize_body(api: str, model: str, text: str) -> dict[str, Any]:
-    """vLLM and SGLang read `prompt`; llama-server reads `content` (and adds no special tokens)."""
-    if api.startswith("llamacpp"):
-        return {"content": text, "add_special": False}
-    return {"model": model, "prompt": text, "add_special_tokens": False}
-
-
 async def server_pool(session: aiohttp.ClientSession, base: str, model: str, need_text: bool,
                       api: str = "openai-completions") -> TokenPool:
+    adapter = adapter_for(api)
     try:
-        data = await _post(session, f"{base}/tokenize", tokenize_body(api, model, filler_text()))
+        data = await _post(session, f"{base}/tokenize", adapter.tokenize_body(model, filler_text()))
     except Unreachable:
         raise  # the server, not its /tokenize: the hints about token sources do not apply
     except EngineError as e:
@@ -101,10 +96,10 @@ async def server_pool(session: aiohttp.ClientSession, base: str, model: str, nee
     async def check(i: int) -> tuple[int, str] | None:
         async with sem:
             d = await _post(session, f"{base}/detokenize", {"model": model, "tokens": [i]})
-            piece = d.get("content") if api.startswith("llamacpp") else d.get("prompt")  # llama-server: content
+            piece = adapter.detokenized(d)
             if not isinstance(piece, str) or not _WORD.match(piece):
                 return None
-            back = (await _post(session, f"{base}/tokenize", tokenize_body(api, model, piece))).get("tokens")
+            back = (await _post(session, f"{base}/tokenize", adapter.tokenize_body(model, piece))).get("tokens")
             return (i, piece) if back == [i] else None
 
     found = [x for x in await asyncio.gather(*(check(i) for i in ids)) if x is not None][:MAX_TEXT_POOL]

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from loadgate.engine.adapters import PROMPT_CACHE_OFF_APIS
+from loadgate.engine.adapters import adapter_for, reset_routes
 from loadgate.errors import EngineError, UsageError
 from loadgate.secrets import expand, key_from_env, redact
 
@@ -138,15 +138,12 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, method: str = "G
         raise EngineError(f"{method} {url} did not answer JSON") from None
 
 
-RESET_ROUTES = ("/reset_prefix_cache", "/flush_cache")  # vLLM (dev mode), SGLang
-
-
 async def reset_prefix_cache(session: aiohttp.ClientSession, base: str) -> str:
     """Empty the engine's prefix cache through the first route it answers 200 on; returns that
     route. EngineError (one line) when it has none: vLLM serves its route only with
     VLLM_SERVER_DEV_MODE=1, llama-server has none (see `empty_prefix_cache`)."""
     seen = []
-    for route in RESET_ROUTES:
+    for route in reset_routes():  # each engine family's (vLLM's in dev mode only, SGLang's)
         try:
             async with session.post(base + route, timeout=aiohttp.ClientTimeout(total=60)) as r:
                 await read_bounded(r, base + route)
@@ -163,7 +160,7 @@ async def reset_prefix_cache(session: aiohttp.ClientSession, base: str) -> str:
 async def empty_prefix_cache(session: aiohttp.ClientSession, base: str, api: str) -> str:
     """`reset_prefix_cache` for an engine spoken to through `api`: llama.cpp's routes need no reset,
     as every request loadgate sends them carries `cache_prompt: false` (its adapters)."""
-    if api in PROMPT_CACHE_OFF_APIS:
+    if adapter_for(api).prompt_cache_off:
         return "cache_prompt: false"
     return await reset_prefix_cache(session, base)
 

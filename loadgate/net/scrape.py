@@ -13,8 +13,10 @@ from typing import Any
 
 import aiohttp
 
-from loadgate.engine.http import MAX_JSON_BYTES, read_bounded
+from loadgate.engine.adapters import gauge_names
+from loadgate.engine.adapters.base import GAUGE_KEYS, Family, GaugeKey
 from loadgate.errors import EngineError
+from loadgate.net.http import MAX_JSON_BYTES, read_bounded
 from loadgate.snapshot import Snapshot, first_name, parse_metrics
 
 
@@ -64,20 +66,10 @@ async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 10
         return None
 
 
-GAUGES = {
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
-                       "llamacpp:kv_cache_usage_ratio"),
-    "running": ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"),
-    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
-}
-
-
-_GAUGE_NAMES = tuple(n for names in GAUGES.values() for n in names)
-
-
 @dataclass
 class GaugeSampler:
-    """Polls `/metrics` every `interval_s` while running and keeps the gauges of `GAUGES`.
+    """Polls `/metrics` every `interval_s` while running and keeps the gauges (`GAUGE_KEYS`) of the
+    engine families (`families`; None: every registered one).
 
     While the load runs it only fetches the text and keeps the lines of those gauges (string
     prefix tests); parsing waits until `stop()`, so the measuring loop is not blocked by the
@@ -86,14 +78,20 @@ class GaugeSampler:
     session: aiohttp.ClientSession
     url: str
     interval_s: float = 0.5
+    families: tuple[Family, ...] | None = None
     texts: list[str] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
+    def names(self, key: GaugeKey | None = None) -> tuple[str, ...]:
+        keys = GAUGE_KEYS if key is None else (key,)
+        return tuple(n for k in keys for n in gauge_names(k, self.families))
+
     async def _loop(self) -> None:
+        wanted = self.names()
         while True:
             text = await fetch_text(self.session, self.url, timeout_s=5)
             if text is not None:
-                self.texts.append("\n".join(ln for ln in text.splitlines() if ln.startswith(_GAUGE_NAMES)))
+                self.texts.append("\n".join(ln for ln in text.splitlines() if ln.startswith(wanted)))
             await asyncio.sleep(self.interval_s)
 
     def start(self) -> None:
@@ -104,14 +102,14 @@ class GaugeSampler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        samples: dict[str, list[float]] = {k: [] for k in GAUGES}
+        samples: dict[str, list[float]] = {k: [] for k in GAUGE_KEYS}
         for text in self.texts:
             try:
                 snap = parse_metrics(text + "\n")
             except ValueError:
                 continue
-            for key, names in GAUGES.items():
-                name = first_name(snap, names)
+            for key in GAUGE_KEYS:
+                name = first_name(snap, self.names(key))
                 if name is not None and (v := snap.total(name)) is not None:
                     samples[key].append(v)
         return {k: ({"samples": len(v), "min": min(v), "mean": sum(v) / len(v), "max": max(v)} if v else None)

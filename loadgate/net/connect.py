@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import aiohttp
 
 from loadgate.config.profile import Profile
-from loadgate.engine.http import SessionSettings, get_json, make_session, refuse_proxies, session_settings
 from loadgate.errors import EngineError, UsageError
+from loadgate.net.http import SessionSettings, get_json, make_session, refuse_proxies, session_settings
 
 T = TypeVar("T")
 
