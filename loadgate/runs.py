@@ -43,7 +43,7 @@ from loadgate.exactness.bundle import load_bundle
 from loadgate.exactness.bundle import replay as send_again
 from loadgate.gate import policy
 from loadgate.gate.attestation import Attestation, Token, Unverified
-from loadgate.gate.check import CheckOutcome, capture, check_engine, check_text, corpus_of, fingerprint_of
+from loadgate.gate.check import CheckOutcome, capture, check_engine, corpus_of, fingerprint_of
 from loadgate.gate.fingerprint import diff, fingerprint_hash
 from loadgate.jsonutil import dump_json
 from loadgate.load.executors import NEVER, StopFlag
@@ -53,6 +53,8 @@ from loadgate.load.target import target_spec
 from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.net.connect import Engine, open_engine, run_async
 from loadgate.records import RecordWriter
+from loadgate.report.exactness import report_text
+from loadgate.report.views import fingerprint_diff_text
 from loadgate.runstate import STATE_FILE, write_state
 from loadgate.version import __version__
 
@@ -199,7 +201,7 @@ async def gated(e: Engine, run_dir: Path, unverified: bool, say: Say) -> AsyncIt
         async with policy.unverified(e) as u:
             yield u
     else:
-        async with policy.attested(e, run_dir, say) as a:
+        async with policy.attested(e, run_dir, lambda o: say(report_text(o.report))) as a:
             yield a
 
 
@@ -451,7 +453,7 @@ def check(profile: Profile, say: Say = _quiet) -> CheckOutcome:
 
     with run_folder(profile) as run_dir:
         outcome = run_async(go(run_dir))
-        say(check_text(outcome))
+        say(report_text(outcome.report))
         policy.raise_if_failed(outcome)
         write_state(run_dir, "final", 0)
     return outcome
@@ -500,9 +502,7 @@ def fingerprint(profile: Profile, against: str | None) -> str:
     changes = diff(old, fp)
     if not changes:
         return f"identical fingerprints ({h})"
-    lines = [f"{len(changes)} field(s) differ ({against} -> {fingerprint_hash(old)[:16]} vs now {h[:16]}):"]
-    lines += [f"  {k}: {a!r} -> {b!r}" for k, a, b in changes]
-    raise FingerprintsDiffer("\n".join(lines))
+    raise FingerprintsDiffer(fingerprint_diff_text(against, fingerprint_hash(old), h, changes))
 
 
 def replay(bundle: str, endpoint: str | None, times: int, say: Say = _quiet, concurrency: int = 1) -> None:

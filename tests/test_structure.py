@@ -166,6 +166,13 @@ def test_only_the_embedded_launch_and_the_command_line_import_the_simulator():
     assert not bad, "\n".join(bad)
 
 
+def imported(node: ast.AST) -> list[str]:
+    """The modules an import statement names (none for any other node)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    return [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+
+
 def writes_to_the_terminal(name: str) -> list[str]:
     """Calls of print / click.echo / click.secho / sys.stdout|stderr.write, any use of sys.stdout
     or sys.stderr (handing them to a library that writes, such as tqdm), and click imports."""
@@ -184,8 +191,7 @@ def writes_to_the_terminal(name: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module in ("click", "sys", "builtins") and any(
                 a.name in ("echo", "secho", "stdout", "stderr", "print") for a in node.names):
             found.append(f"{where} imports a writer from {node.module}")
-        elif isinstance(node, ast.Import | ast.ImportFrom) and "click" in (
-                [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]):
+        elif "click" in imported(node):
             found.append(f"{where} imports click")
     return found
 
@@ -272,3 +278,31 @@ def test_the_engine_name_check_finds_a_branch_on_an_engine():
     assert sorted(w.split(" tests for ")[1] for w in engine_name_tests(planted, "p")) == [
         "'llama'", "'llamacpp'", "'sglang'", "'vllm'", "'vllm:x'"]
     assert engine_name_tests(open(MODULES["loadgate.engine.adapters.vllm"]).read(), "vllm")  # it may, and does
+
+
+# Text for people is assembled only in report/ and the command layer. What counts: joining pieces
+# into lines (a `join` whose separator holds a newline) and tables (`tabulate`). One-line messages
+# (an error's, a reason kept in a run file) may be written where they arise. The simulator writes
+# server responses, and a Prometheus text is data, not prose.
+TEXT_HOMES = ("loadgate.report", "loadgate.sim", *COMMAND_LAYER)
+NOT_PROSE = {"loadgate.net.scrape": "keeps the lines of a Prometheus text"}
+
+
+def builds_text(source: str, where: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join" \
+                and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str) \
+                and "\n" in node.func.value.value:
+            found.append(f"{where}:{node.lineno} joins lines of text")
+        elif "tabulate" in imported(node):
+            found.append(f"{where}:{node.lineno} imports tabulate")
+    return found
+
+
+def test_text_for_people_is_assembled_only_in_the_report_and_the_command_layer():
+    bad = [w for m, path in MODULES.items() if not m.startswith(TEXT_HOMES) and m not in NOT_PROSE
+           for w in builds_text(path.read_text(), m)]
+    assert not bad, "\n".join(bad)
+    planted = "from tabulate import tabulate\nx = '\\n'.join(lines)\ny = ', '.join(xs)\nz = b'\\n'.join(bs)\n"
+    assert sorted(w.split(" ", 1)[1] for w in builds_text(planted, "p")) == ["imports tabulate", "joins lines of text"]

@@ -21,11 +21,11 @@ from loadgate.core.thresholds import (
     metrics,
     parse,
     parse_all,
-    render,
     to_json,
 )
 from loadgate.errors import UsageError
 from loadgate.records import Record
+from loadgate.report.thresholds import render
 
 MS = 1_000_000
 PROFILE: dict[str, Any] = {"workload": {"token_mismatch_limit": 1.0}, "slo": {"ttft_ms": 150}}

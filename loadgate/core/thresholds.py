@@ -65,7 +65,7 @@ _UNITS: dict[str, dict[str, Decimal]] = {
     "time": {"us": Decimal("0.001"), "ms": Decimal(1), "s": Decimal(1000)}, "tok/s": {"tok/s": Decimal(1)},
     "req/s": {"req/s": Decimal(1)}, "ratio": {"%": Decimal("0.01")}, "tokens": {}, "count": {},
 }
-_DISPLAY_UNIT = {"time": "ms", "tok/s": "tok/s", "req/s": "req/s", "ratio": "", "tokens": "tokens", "count": ""}
+DISPLAY_UNIT = {"time": "ms", "tok/s": "tok/s", "req/s": "req/s", "ratio": "", "tokens": "tokens", "count": ""}
 _ALL_UNITS = sorted({u for units in _UNITS.values() for u in units})
 
 
@@ -416,43 +416,11 @@ def evaluate_all(ts: Sequence[Threshold], summary: LevelFigures,
     return [evaluate(t, summary, baseline_summary) for t in ts]
 
 
-def format_figure(v: float | None, dimension: str) -> str:
-    """A figure with its unit for people: None is "n/a", infinity "+inf", ratios in percent."""
-    if v is None:
-        return "n/a"
-    if math.isinf(v):
-        return "+inf" if v > 0 else "-inf"
-    if dimension == "ratio":
-        return f"{v * 100:.4g}%"
-    text = f"{v:.0f}" if abs(v) >= 1e5 else f"{v:.6g}"
-    unit = _DISPLAY_UNIT[dimension]
-    return f"{text} {unit}" if unit else text
-
-
-def render(outcomes: Sequence[Outcome]) -> str:
-    """A table of outcomes (threshold, measured, limit, result) and a closing count line."""
-    rows = []
-    for o in outcomes:
-        t = o.threshold
-        result = "pass" if o.passed else "FAIL"
-        rows.append([f"{t.metric} {t.text.strip()}", format_figure(o.measured, t.dimension),
-                     format_figure(o.limit, t.dimension),
-                     f"{result} ({o.reason})" if o.reason else result])
-    if not rows:
-        return "thresholds: none"
-    passed = sum(o.passed for o in outcomes)
-    from tabulate import tabulate
-
-    table = tabulate(rows, headers=["threshold", "measured", "limit", "result"], tablefmt="simple",
-                     disable_numparse=True, colalign=("left", "right", "right", "left"))
-    return f"{table}\nthresholds: {passed} passed, {len(outcomes) - passed} failed"
-
-
 def to_json(outcome: Outcome) -> dict[str, Any]:
     """One outcome for a summary file (+inf stays a float: `jsonutil.dump_json` writes "inf")."""
     t = outcome.threshold
     return {"metric": t.metric, "threshold": t.text, "aggregation": t.aggregation, "comparator": t.comparator,
-            "baseline": t.baseline, "unit": _DISPLAY_UNIT[t.dimension] or None,
+            "baseline": t.baseline, "unit": DISPLAY_UNIT[t.dimension] or None,
             "measured": outcome.measured, "limit": outcome.limit, "passed": outcome.passed,
             "reason": outcome.reason}
 
@@ -481,11 +449,6 @@ def judge(thresholds: Mapping[str, Sequence[str]], cand: Mapping[str, LevelFigur
                 t.value is None for t in ts) else "")
         out.append(LevelJudgement(lv, where, evaluate_all(ts, summary, None if base is None else base.get(lv))))
     return out
-
-
-def render_judged(judged: Sequence[LevelJudgement]) -> str:
-    """Each level's table under its heading, as `loadgate run` prints it."""
-    return "\n".join(f"\nthresholds ({j.where}):\n" + render(j.outcomes) for j in judged)
 
 
 def judged_json(judged: Sequence[LevelJudgement]) -> list[dict[str, Any]]:

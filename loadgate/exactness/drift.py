@@ -100,32 +100,3 @@ def unstable(drift: dict[str, Any], logprobs: bool) -> int:
     """How many prompts broke `stable: true` in a scenario's drift: more than one output by ids and
     finish reason (`logprobs`: or by logprob bits)."""
     return drift["prompts_varying_with_logprobs" if logprobs else "prompts_varying"]
-
-
-def totals_line(name: str, d: dict[str, Any]) -> str:
-    """'repeat:…: 47 of 1,200 differ from the baseline; 11 of 1,200 differ from their prompt's modal
-    output; 2 of 24 prompts vary (2 counting logprobs)'."""
-    n = d["compared"]
-    line = (f"{name}: {d['differ_from_baseline']:,} of {n:,} differ from the baseline; {d['differ_from_modal']:,} of "
-            f"{n:,} differ from their prompt's modal output; {d['prompts_varying']} of {d['prompts']} prompts vary "
-            f"({d['prompts_varying_with_logprobs']} counting logprobs)")
-    if d["failed"]:
-        line += f"; {d['failed']} failed request(s) not counted"
-    return line
-
-
-def table_rows(d: dict[str, Any], limit: int = 6) -> list[list[str]]:
-    """One row per prompt that varies: requests, distinct outputs, modal count, and its deviants
-    as repeat/batch/position @ first divergence from the modal output."""
-    rows = []
-    for p in d["varying"]:
-        deviants = [f"r{m['repeat']} b{m['batch']}/{m['position']} @{v['first_divergence_from_modal']}"
-                    for v in p["versions"] if not v["modal"] for m in v["requests"]]
-        shown = ", ".join(deviants[:limit]) + (f", … {len(deviants) - limit} more" if len(deviants) > limit else "")
-        rows.append([p["case"], str(p["requests"]), f"{p['distinct_outputs']} ({p['distinct_with_logprobs']})",
-                     f"{p['modal_count']}{'' if p['modal_equals_baseline'] else ' (not the baseline)'}",
-                     shown or "(logprobs only)"])
-    return rows
-
-
-TABLE_HEADERS = ["case", "requests", "outputs (with logprobs)", "modal", "deviants: repeat batch/position @ divergence"]

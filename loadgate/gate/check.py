@@ -21,7 +21,7 @@ from loadgate.exactness.bundle import session_doc, write_bundles
 from loadgate.exactness.check import CheckResult, run_check, speculation_declared
 from loadgate.exactness.corpus import Corpus, default_corpus_path, load_corpus
 from loadgate.exactness.replay import CaseSender
-from loadgate.exactness.report import report_text, result_json
+from loadgate.exactness.result import result_json
 from loadgate.gate.attestation import attestation_doc
 from loadgate.gate.fingerprint import build, fingerprint_hash, introspect
 from loadgate.gate.protocol import run_protocol
@@ -186,8 +186,3 @@ def context_length(fp: dict[str, Any]) -> int | None:
     """The longest context one request may use (vLLM's `max_model_len`, SGLang's `context_length`,
     llama-server's per-slot `n_ctx`: each family's reading); None when the engine does not say."""
     return family_context_length(fp.get("engine") or {})
-
-
-def check_text(o: CheckOutcome) -> str:
-    """The check's report as `loadgate run` and `loadgate check` print it."""
-    return report_text(o.report)

@@ -1,7 +1,7 @@
 """The gate's one rule, in one place: no speed figure without a passing exactness check on the
 configuration being measured.
 
-    async with attested(engine, run_dir, say) as token:   # check; raise unless it passed
+    async with attested(engine, run_dir, show) as token:   # check; raise unless it passed
         await measure(token, ...)                          # admit(token, engine) first
     # leaving: the fingerprint is read again; a change voids the run (exit 11)
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from loadgate.errors import ExactnessFailed, ExactnessNotEstablished
 from loadgate.exactness.outcome import not_established_words
 from loadgate.gate.attestation import Attestation, Token, Unverified
-from loadgate.gate.check import CheckOutcome, check_engine, check_text, fingerprint_of
+from loadgate.gate.check import CheckOutcome, check_engine, fingerprint_of
 from loadgate.gate.fingerprint import describe_diff, diff
 from loadgate.net.connect import Engine
 
@@ -67,11 +67,11 @@ def raise_if_failed(o: CheckOutcome) -> None:
 
 
 @contextlib.asynccontextmanager
-async def attested(e: Engine, run_dir: Path, say: Callable[[str], None]) -> AsyncIterator[Attestation]:
-    """Run the exactness check on `e` (its report to `say`), raise ExactnessFailed unless it
-    passed, yield the attestation; on leaving, read the fingerprint again."""
+async def attested(e: Engine, run_dir: Path, show: Callable[[CheckOutcome], None]) -> AsyncIterator[Attestation]:
+    """Run the exactness check on `e` (its outcome to `show`, which reports it), raise
+    ExactnessFailed unless it passed, yield the attestation; on leaving, read the fingerprint again."""
     outcome = await check_engine(e, run_dir)
-    say(check_text(outcome))
+    show(outcome)
     raise_if_failed(outcome)
     assert outcome.attestation is not None
     token = _issue(Attestation(outcome.attestation))

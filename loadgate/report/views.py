@@ -19,14 +19,14 @@ from loadgate.analysis.abstats import (
     request_level,
 )
 from loadgate.analysis.summary import Summary, build_summary
-from loadgate.core.thresholds import render as render_thresholds
-from loadgate.core.thresholds import render_judged
 from loadgate.errors import UsageError
-from loadgate.exactness.report import report_text
 from loadgate.jsonutil import clean, load_json
 from loadgate.records import read_records
 from loadgate.report import compare_table as ct
+from loadgate.report.exactness import report_text
 from loadgate.report.table import capacity_table, render_summary, summary_csv, summary_markdown
+from loadgate.report.thresholds import render as render_thresholds
+from loadgate.report.thresholds import render_judged
 from loadgate.verdict import OUTCOME_WORDS, Judgement, judge
 
 
@@ -310,3 +310,10 @@ def render_compare(runs: list[Path], fmt: str) -> str:
         return orjson.dumps(clean({"comparisons": docs}), option=orjson.OPT_INDENT_2).decode()
     caveats = [c for r in runs if (c := _caveat(r, judged[r]))] if fmt in ("table", "markdown") else []
     return "\n\n".join(out) + "".join(f"\n{c}" for c in caveats)
+
+
+def fingerprint_diff_text(against: str, old_hash: str, now_hash: str, changes: list[tuple[str, Any, Any]]) -> str:
+    """`loadgate fingerprint --against`'s report: every field that differs, one per line."""
+    lines = [f"{len(changes)} field(s) differ ({against} -> {old_hash[:16]} vs now {now_hash[:16]}):"]
+    lines += [f"  {k}: {a!r} -> {b!r}" for k, a, b in changes]
+    return "\n".join(lines)

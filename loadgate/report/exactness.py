@@ -1,4 +1,6 @@
-"""The exactness report: the contract verbatim, every non-identical sequence, and what was proven.
+"""The exactness check's report for people, from its JSON (`exactness.json`, written by
+`loadgate.exactness.result`): the contract verbatim, every non-identical sequence, and what was
+proven.
 
 A summary never hides outliers: every sequence whose verdict is not `identical` is listed with
 its scenario and first divergence, however good the pass rate.
@@ -6,47 +8,39 @@ its scenario and first divergence, however good the pass rate.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from loadgate.exactness.check import CheckResult
-from loadgate.exactness.drift import TABLE_HEADERS, table_rows, totals_line
 from loadgate.exactness.outcome import RETRIES, lost_requests
 
 
-def result_json(r: CheckResult) -> dict[str, Any]:
-    """The check's result as JSON (for summaries, attestations and `loadgate report`)."""
-    return {
-        "passed": r.passed, "reasons": r.reasons, "not_established": r.not_established, "retried": r.retried,
-        "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance,
-                                                                "gap": r.contract.gap, "words": r.contract.words(),
-                     **({"stable": True} if r.contract.stable else {})},
-        "drift": r.drift, "protocol": r.protocol, "sampling": r.sampling,
-        "scenarios": r.scenarios, "verdicts": r.counts(), "positions": r.positions(), "speculation": r.speculation,
-        "skipped_cases": r.skipped,
-        "non_identical": [{
-            "scenario": s.scenario, "case": s.case_id, "order": s.order, "in_flight": s.in_flight,
-            "in_flight_at_divergence": s.in_flight_at_divergence,
-            "verdict": s.verdict, "passed": s.passed, "why": s.why,
-            "first_divergence": None if s.comparison is None else s.comparison.first_divergence,
-            "baseline_token": None if s.comparison is None else s.comparison.base_token,
-            "candidate_token": None if s.comparison is None else s.comparison.cand_token,
-            "baseline_top2_gap": None if s.comparison is None else s.comparison.base_gap,
-            "max_ulp": None if s.comparison is None else s.comparison.max_ulp,
-            "ids_only_positions": None if s.comparison is None else s.comparison.ids_only_positions,
-            "output_sha256": _output_sha(s),
-        } for s in r.sequences if s.verdict != "identical" or not s.passed],
-    }
+def drift_totals(name: str, d: dict[str, Any]) -> str:
+    """'repeat:…: 47 of 1,200 differ from the baseline; 11 of 1,200 differ from their prompt's modal
+    output; 2 of 24 prompts vary (2 counting logprobs)'."""
+    n = d["compared"]
+    line = (f"{name}: {d['differ_from_baseline']:,} of {n:,} differ from the baseline; {d['differ_from_modal']:,} of "
+            f"{n:,} differ from their prompt's modal output; {d['prompts_varying']} of {d['prompts']} prompts vary "
+            f"({d['prompts_varying_with_logprobs']} counting logprobs)")
+    if d["failed"]:
+        line += f"; {d['failed']} failed request(s) not counted"
+    return line
 
 
-def _output_sha(s: Any) -> str:
-    """A short hash of a sequence's whole output (ids, finish reason, logprobs): equal outputs of a
-    repeated prompt share it, so the report folds only what is really the same."""
-    out = s.observed.output()
-    return hashlib.sha256(orjson.dumps([list(out.ids), out.finish_reason, list(out.logprobs or ())])).hexdigest()[:16]
+def drift_rows(d: dict[str, Any], limit: int = 6) -> list[list[str]]:
+    """One row per prompt that varies: requests, distinct outputs, modal count, and its deviants
+    as repeat/batch/position @ first divergence from the modal output."""
+    rows = []
+    for p in d["varying"]:
+        deviants = [f"r{m['repeat']} b{m['batch']}/{m['position']} @{v['first_divergence_from_modal']}"
+                    for v in p["versions"] if not v["modal"] for m in v["requests"]]
+        shown = ", ".join(deviants[:limit]) + (f", … {len(deviants) - limit} more" if len(deviants) > limit else "")
+        rows.append([p["case"], str(p["requests"]), f"{p['distinct_outputs']} ({p['distinct_with_logprobs']})",
+                     f"{p['modal_count']}{'' if p['modal_equals_baseline'] else ' (not the baseline)'}",
+                     shown or "(logprobs only)"])
+    return rows
+
+
+DRIFT_HEADERS = ["case", "requests", "outputs (with logprobs)", "modal", "deviants: repeat batch/position @ divergence"]
 
 
 def _tok(v: Any) -> str:
@@ -169,9 +163,9 @@ def render(j: dict[str, Any], *, header: str = "") -> str:
                  + (f", server draft counters +{s['counter_drafts_delta']:,.0f}" if s["counter_drafts_delta"] else ""))
         lines.append(f"speculation: on ({s['source']}); {'proven: ' + proof if s['ran'] else 'NOT PROVEN: ' + proof}")
     for name, d in (j.get("drift") or {}).items():
-        lines.append(f"run-to-run drift, {totals_line(name, d)}")
+        lines.append(f"run-to-run drift, {drift_totals(name, d)}")
         if d["varying"]:
-            lines.append(tabulate(table_rows(d), headers=TABLE_HEADERS, tablefmt="simple", disable_numparse=True))
+            lines.append(tabulate(drift_rows(d), headers=DRIFT_HEADERS, tablefmt="simple", disable_numparse=True))
             lines.append("deviants: rK = the prompt's K-th repeat (from 0), bB/P = sent in group B of the scenario's "
                          "in-flight count, at position P; @N = first position differing from the modal output")
 
