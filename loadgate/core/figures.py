@@ -33,6 +33,7 @@ class Figure:
 
     error_adjusted        the distribution also has `<name>_error_adjusted`: failed requests kept
                           in the population as +inf (a latency of a request that never finished)
+    title                 its name for people (plot titles)
     table                 a row in the per-level tables; `table_error_adjusted` the variant's row too
     ab                    what A/B compares, run against run: a distribution's statistics (figure
                           `<name>.<stat>`), or ("value",) for a scalar; () for nothing
@@ -50,6 +51,7 @@ class Figure:
     table: bool = False
     table_error_adjusted: bool = False
     ab: tuple[str, ...] = ()
+    title: str = ""
 
 
 def _ttft(r: Record) -> list[float]:
@@ -100,41 +102,41 @@ def _request_rate(r: Record) -> list[float]:
 
 FIGURES: tuple[Figure, ...] = (
     Figure("output_throughput", "tok/s", "scalar", "higher", "output tokens received by successful requests / W",
-           per="level", path=("throughput", "output_token_throughput"), ab=("value",)),
+           per="level", path=("throughput", "output_token_throughput"), ab=("value",), title="Output token throughput"),
     Figure("request_throughput", "req/s", "scalar", "higher", "successful requests / W", per="level",
-           path=("throughput", "request_throughput"), ab=("value",)),
+           path=("throughput", "request_throughput"), ab=("value",), title="Request throughput"),
     Figure("input_throughput", "tok/s", "scalar", "higher", "prompt tokens of successful requests / W",
-           per="level", path=("throughput", "input_token_throughput")),
+           per="level", path=("throughput", "input_token_throughput"), title="Input token throughput"),
     Figure("ttft", "ms", "distribution", "lower",
            "time to first token: t_1 - origin(r), the first content-bearing chunk", samples=_ttft,
-           error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99")),
+           error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99"), title="Time to first token"),
     Figure("itl", "ms", "distribution", "lower",
            "inter-token latency: for each chunk j >= 2, n_j samples of (t_j - t_{j-1}) / n_j; a "
            "chunk carrying several tokens spreads its gap over them (tokens in the first chunk "
            "beyond the first have no gap and give no sample)", per="token", samples=_itl, table=True,
-           ab=("p50", "p99")),
+           ab=("p50", "p99"), title="Inter-token latency"),
     Figure("inter_chunk", "ms", "distribution", "lower",
            "inter-chunk latency: t_j - t_{j-1} for j >= 2, whatever the chunk carried", per="chunk",
-           samples=_inter_chunk, table=True),
+           samples=_inter_chunk, table=True, title="Inter-chunk latency"),
     Figure("tpot", "ms", "distribution", "lower",
            "time per output token after the first: (t_m - t_1) / (sum_j n_j - 1), requests with >= 2 tokens",
-           samples=_tpot, error_adjusted=True, table=True, ab=("p50",)),
+           samples=_tpot, error_adjusted=True, table=True, ab=("p50",), title="Time per output token"),
     Figure("e2e", "ms", "distribution", "lower", "end-to-end latency: end(r) - origin(r)", samples=_e2e,
-           error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99")),
+           error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99"), title="End-to-end latency"),
     Figure("tokens_per_chunk", "tokens", "distribution", "higher", "n_j for every content-bearing chunk",
-           per="chunk", samples=_tokens_per_chunk, table=True),
+           per="chunk", samples=_tokens_per_chunk, table=True, title="Tokens per content chunk"),
     Figure("client_queue", "ms", "distribution", "lower",
            "client-side wait before sending: start - ready (closed loop: the worker was free) or "
-           "start - intended start (open loop: schedule lag plus max_in_flight wait)", samples=_queue, table=True),
+           "start - intended start (open loop: schedule lag plus max_in_flight wait)", samples=_queue, table=True, title="Client queue wait"),
     Figure("request_output_rate", "tok/s", "distribution", "higher",
-           "one request's output tokens / (end(r) - origin(r))", samples=_request_rate, table=True),
+           "one request's output tokens / (end(r) - origin(r))", samples=_request_rate, table=True, title="Output rate per request"),
     Figure("acceptance_length", "tokens", "scalar", "higher",
            "speculative decoding: 1 + accepted draft tokens / verify steps, from per-request fields",
-           per="level", path=("acceptance", "per_request", "acceptance_length"), ab=("value",)),
+           per="level", path=("acceptance", "per_request", "acceptance_length"), ab=("value",), title="Acceptance length"),
     Figure("goodput", "ratio", "scalar", "higher", "fraction of requests that succeeded and met every SLO",
-           per="level", path=("goodput", "fraction")),
+           per="level", path=("goodput", "fraction"), title="Goodput"),
     Figure("errors", "ratio", "scalar", "lower", "failed requests: rate (fraction) or count", per="level",
-           path=("failed",)),
+           path=("failed",), title="Errors"),
 )
 ADJUSTED = "_error_adjusted"
 

@@ -32,8 +32,6 @@ ITL_SIZE = (9.0, 5.0)
 CHUNK_SIZE = (9.0, 5.0)
 SWEEP_SIZE = (15.0, 4.6)
 _MISSING = "plots need matplotlib: pip install 'loadgate[plot]'"
-_TITLES = {"ttft": "Time to first token", "e2e": "End-to-end latency", "itl": "Inter-token latency",
-           "tpot": "Time per output token", "inter_chunk": "Inter-chunk latency", "client_queue": "Client queue wait"}
 _STYLE: dict[str, Any] = {"font.size": 10.0, "axes.titlesize": 12.0, "axes.labelsize": 10.5, "legend.fontsize": 9.0,
           "xtick.labelsize": 9.5, "ytick.labelsize": 9.5, "figure.titlesize": 12.5,
           "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6}
@@ -217,7 +215,7 @@ def latency_cdfs(runs: Mapping[str, Sequence[Record]], out: Path,
                     ax.axvline(q, color=color, lw=0.8, ls=ls, alpha=0.7)
                     ax.plot([q], [yq], marker=marker, color=color, ms=6, mec="white", mew=0.8, clip_on=False,
                             zorder=5)
-            ax.set_title(_TITLES.get(name, name))
+            ax.set_title(figure(name).title or name)
             ax.set_xlabel(f"{name} ({unit})")
             ax.set_ylabel("fraction of samples ≤ x")
             ax.set_ylim(0.0, 1.02)
@@ -290,7 +288,7 @@ def tokens_per_chunk(runs: Mapping[str, Sequence[Record]], out: Path) -> Path:
             xs = np.asarray(list(f), dtype=np.float64) + (i - (n - 1) / 2) * width
             mean = sum(k * v for k, v in f.items())
             ax.bar(xs, list(f.values()), width=width * 0.95, color=color, label=f"{label} (mean {mean:.2f})")
-        ax.set_title("Tokens per content chunk")
+        ax.set_title(figure("tokens_per_chunk").title)
         ax.set_xlabel("tokens in one chunk")
         ax.set_ylabel("fraction of chunks")
         if not keys:
@@ -340,9 +338,9 @@ def sweep(levels: Sequence[tuple[float, LevelSummary]] | Mapping[str, Sequence[t
             limit = slo.get(key)
             if limit is not None:
                 ax.axhline(float(limit), color="0.25", lw=1.2, ls="-.", label=f"{name} SLO {float(limit):g} ms")
-        ax_tp.set_title("Output token throughput")
+        ax_tp.set_title(figure("output_throughput").title)
         ax_tp.set_ylabel("output tokens / s")
-        ax_ttft.set_title("Time to first token, p99")
+        ax_ttft.set_title(figure("ttft").title + ", p99")
         ax_ttft.set_ylabel("TTFT p99 (ms)")
         ax_tok.set_title("Per-token latency, p99")
         ax_tok.set_ylabel("p99 (ms)")
