@@ -54,7 +54,7 @@ from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.net.connect import Engine, open_engine, run_async
 from loadgate.records import RecordWriter
 from loadgate.report.exactness import report_text
-from loadgate.report.views import fingerprint_diff_text
+from loadgate.report.fingerprint import fingerprint_diff_text
 from loadgate.runstate import STATE_FILE, write_state
 from loadgate.version import __version__
 
@@ -190,8 +190,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * len(lv), profile.name) as tick:
         server, health = await run_levels(e, plan, pool, spec, lv, writer, tick, run_tag=run_dir.name, t0_ns=t0,
                                           round_base=round_base, workers_dir=run_dir, stop=stop)
-    dump_json(run_dir / "server.json", server)
-    dump_json(run_dir / "health.json", health)
+    dump_json(run_dir / "server.json", {lv: s.to_json() for lv, s in server.items()})
+    dump_json(run_dir / "health.json", {lv: [h.to_json() for h in hs] for lv, hs in health.items()})
 
 
 @contextlib.asynccontextmanager

@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parents[1] / "loadgate"
 # figure registry, the threshold grammar, the API names), which every stage reads.
 STAGES: tuple[tuple[str, ...], ...] = (
     ("loadgate.errors", "loadgate.jsonutil", "loadgate.version", "loadgate.secrets", "loadgate.runstate",
-     "loadgate.records", "loadgate.snapshot"),
+     "loadgate.records", "loadgate.snapshot", "loadgate.documents"),
     ("loadgate.core",),
     ("loadgate.engine",),
     ("loadgate.config",),

@@ -9,32 +9,33 @@ from typing import Any
 
 import orjson
 
+from loadgate.config.contract import Contract
+from loadgate.documents import ABSENT, ContractDoc, ExactnessDoc, NonIdentical
 from loadgate.exactness.check import CheckResult
 
 
-def result_json(r: CheckResult) -> dict[str, Any]:
-    """The check's result as JSON (for summaries, attestations and `loadgate report`)."""
-    return {
-        "passed": r.passed, "reasons": r.reasons, "not_established": r.not_established, "retried": r.retried,
-        "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance,
-                                                                "gap": r.contract.gap, "words": r.contract.words(),
-                     **({"stable": True} if r.contract.stable else {})},
-        "drift": r.drift, "protocol": r.protocol, "sampling": r.sampling,
-        "scenarios": r.scenarios, "verdicts": r.counts(), "positions": r.positions(), "speculation": r.speculation,
-        "skipped_cases": r.skipped,
-        "non_identical": [{
-            "scenario": s.scenario, "case": s.case_id, "order": s.order, "in_flight": s.in_flight,
-            "in_flight_at_divergence": s.in_flight_at_divergence,
-            "verdict": s.verdict, "passed": s.passed, "why": s.why,
-            "first_divergence": None if s.comparison is None else s.comparison.first_divergence,
-            "baseline_token": None if s.comparison is None else s.comparison.base_token,
-            "candidate_token": None if s.comparison is None else s.comparison.cand_token,
-            "baseline_top2_gap": None if s.comparison is None else s.comparison.base_gap,
-            "max_ulp": None if s.comparison is None else s.comparison.max_ulp,
-            "ids_only_positions": None if s.comparison is None else s.comparison.ids_only_positions,
-            "output_sha256": _output_sha(s),
-        } for s in r.sequences if s.verdict != "identical" or not s.passed],
-    }
+def contract_doc(c: Contract) -> ContractDoc:
+    return ContractDoc(c.tier, c.tolerance, c.gap, c.words(), True if c.stable else ABSENT)
+
+
+def result_doc(r: CheckResult) -> ExactnessDoc:
+    """The check's result (exactness.json without where its inputs came from, which the caller adds)."""
+    return ExactnessDoc(
+        passed=r.passed, reasons=r.reasons, not_established=r.not_established, retried=r.retried,
+        contract=contract_doc(r.contract), drift=r.drift, protocol=r.protocol, sampling=r.sampling,
+        scenarios=r.scenarios, verdicts=r.counts(), positions=r.positions(), speculation=r.speculation,
+        skipped_cases=r.skipped,
+        non_identical=[NonIdentical(
+            scenario=s.scenario, case=s.case_id, order=s.order, in_flight=s.in_flight,
+            in_flight_at_divergence=s.in_flight_at_divergence, verdict=s.verdict, passed=s.passed, why=s.why,
+            first_divergence=None if s.comparison is None else s.comparison.first_divergence,
+            baseline_token=None if s.comparison is None else s.comparison.base_token,
+            candidate_token=None if s.comparison is None else s.comparison.cand_token,
+            baseline_top2_gap=None if s.comparison is None else s.comparison.base_gap,
+            max_ulp=None if s.comparison is None else s.comparison.max_ulp,
+            ids_only_positions=None if s.comparison is None else s.comparison.ids_only_positions,
+            output_sha256=_output_sha(s),
+        ) for s in r.sequences if s.verdict != "identical" or not s.passed])
 
 
 def _output_sha(s: Any) -> str:

@@ -14,33 +14,32 @@ from typing import Any
 
 import orjson
 
+from loadgate.documents import ABSENT, AttestationDoc, Fingerprint
 from loadgate.exactness import baseline as bl
 from loadgate.exactness.check import CheckResult
 from loadgate.exactness.corpus import Corpus
+from loadgate.exactness.result import contract_doc
 from loadgate.version import __version__
 
 
 def attestation_doc(fp: dict[str, Any], fp_hash: str, corpus: Corpus, b: bl.Baseline, r: CheckResult) -> dict[str, Any]:
-    doc = {
-        "kind": "loadgate exactness attestation", "loadgate": __version__,
-        "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "fingerprint_hash": fp_hash, "fingerprint": fp, "corpus_sha256": corpus.sha256, "corpus": str(corpus.path),
-        "baseline_sha256": b.sha256, "baseline_fingerprint_hash": b.fingerprint_hash,
-        "contract": {"tier": r.contract.tier, "tolerance": r.contract.tolerance, "gap": r.contract.gap,
-                     "words": r.contract.words(), **({"stable": True} if r.contract.stable else {})},
-        "scenarios": r.scenarios, "verdicts": r.counts(),
-    }
-    if r.protocol:  # what the interface checks proved (each passed or did not apply, or there is no attestation)
-        doc["protocol"] = {c["name"]: {"status": c["status"], "proved": c["proved"]} for c in r.protocol}
-    if r.sampling:  # which sampling contracts held, and what the distribution test could detect
-        doc["sampling"] = {k: {"passed": v.get("passed"), **({"detectable_tv": v["detectable_tv"]}
-                                                             if "detectable_tv" in v else {})}
-                           for k, v in r.sampling.items()}
-    if r.drift:
-        doc["drift"] = {name: {k: d[k] for k in ("compared", "differ_from_baseline", "differ_from_modal",
-                                                  "prompts", "prompts_varying")} for name, d in r.drift.items()}
-    doc["attestation_sha256"] = hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return doc
+    doc = AttestationDoc(
+        kind="loadgate exactness attestation", loadgate=__version__,
+        time=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        fingerprint_hash=fp_hash, fingerprint=Fingerprint.from_json(fp, "fingerprint"), corpus_sha256=corpus.sha256,
+        corpus=str(corpus.path), baseline_sha256=b.sha256, baseline_fingerprint_hash=b.fingerprint_hash,
+        contract=contract_doc(r.contract), scenarios=r.scenarios, verdicts=r.counts(),
+        # what the interface checks proved (each passed or did not apply, or there is no attestation)
+        protocol={c["name"]: {"status": c["status"], "proved": c["proved"]} for c in r.protocol}
+        if r.protocol else ABSENT,
+        # which sampling contracts held, and what the distribution test could detect
+        sampling={k: {"passed": v.get("passed"), **({"detectable_tv": v["detectable_tv"]} if "detectable_tv" in v
+                                                    else {})} for k, v in r.sampling.items()}
+        if r.sampling else ABSENT,
+        drift={name: {k: d[k] for k in ("compared", "differ_from_baseline", "differ_from_modal", "prompts",
+                                        "prompts_varying")} for name, d in r.drift.items()} if r.drift else ABSENT)
+    body = doc.to_json()
+    return {**body, "attestation_sha256": hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()}
 
 
 

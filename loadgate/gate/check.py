@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadgate.config.profile import Exactness, Profile, SamplingContract
+from loadgate.documents import BaselineRef, CorpusRef, Fingerprint, FingerprintFile
 from loadgate.engine.adapters import context_length as family_context_length
 from loadgate.engine.adapters.base import Sampling
 from loadgate.errors import EngineError, UsageError
@@ -21,7 +22,7 @@ from loadgate.exactness.bundle import session_doc, write_bundles
 from loadgate.exactness.check import CheckResult, run_check, speculation_declared
 from loadgate.exactness.corpus import Corpus, default_corpus_path, load_corpus
 from loadgate.exactness.replay import CaseSender
-from loadgate.exactness.result import result_json
+from loadgate.exactness.result import result_doc
 from loadgate.gate.attestation import attestation_doc
 from loadgate.gate.fingerprint import build, fingerprint_hash, introspect
 from loadgate.gate.protocol import run_protocol
@@ -168,15 +169,16 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
             result.add_sampling(await sampling_contracts(sender, corpus, ex.sampling, b, fp, run_dir.name))
     finally:
         sender.close()
-    report = result_json(result)
-    report.update({"fingerprint_hash": fp_hash, "baseline": {"file": str(b.path or ""), "sha256": b.sha256,
-                                                             "fingerprint_hash": b.fingerprint_hash},
-                   "corpus": {"path": str(corpus.path), "sha256": corpus.sha256, "cases": len(corpus.cases)}})
-    report["bundles"] = [str(p) for p in write_bundles(result, b, run_dir / "divergences", fingerprint=fp,
-                                                       fingerprint_hash=fp_hash, session=session_doc(profile.target))]
+    bundles = write_bundles(result, b, run_dir / "divergences", fingerprint=fp, fingerprint_hash=fp_hash,
+                            session=session_doc(profile.target))
+    doc = dataclasses.replace(
+        result_doc(result), fingerprint_hash=fp_hash,
+        baseline=BaselineRef(str(b.path or ""), b.sha256, b.fingerprint_hash),
+        corpus=CorpusRef(str(corpus.path), corpus.sha256, len(corpus.cases)), bundles=[str(p) for p in bundles])
+    report = doc.to_json()
     att = attestation_doc(fp, fp_hash, corpus, b, result) if result.passed else None
     dump_json(run_dir / "exactness.json", report)
-    dump_json(run_dir / "fingerprint.json", {"fingerprint_hash": fp_hash, "fingerprint": fp})
+    dump_json(run_dir / "fingerprint.json", FingerprintFile(fp_hash, Fingerprint.from_json(fp, "fingerprint")).to_json())
     if att is not None:
         dump_json(run_dir / "attestation.json", att)
     return CheckOutcome(result, report, fp, fp_hash, att)

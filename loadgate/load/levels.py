@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgate.config.profile import Profile
+from loadgate.documents import GaugeStats, HealthPhase, ServerLevel
 from loadgate.engine.adapters import metric_prefixes
 from loadgate.load.executors import Concurrency, LoadLevel, Rate, StopFlag
 from loadgate.load.plan import Plan, build_plan
@@ -51,15 +52,15 @@ def _snapshot(s: Snapshot | None) -> Any:
 
 async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],
                      writer: RecordWriter, tick: Tick, *, run_tag: str, t0_ns: int, round_base: int,
-                     workers_dir: Path, stop: StopFlag) -> tuple[dict[str, Any], dict[str, Any]]:
+                     workers_dir: Path, stop: StopFlag) -> tuple[dict[str, ServerLevel], dict[str, list[HealthPhase]]]:
     """Run every level (see the module docstring); (server.json's, health.json's) contents, keyed by
     level. Level k sends the prompts of round `round_base + k` (`workload.cache: fresh`; see
     load.plan). A stop between levels (or phases) ends the loop with what was measured."""
     profile = e.profile
     load = profile.load
     metrics_url = profile.metrics_url(e.base)
-    server: dict[str, Any] = {}
-    health: dict[str, Any] = {}
+    server: dict[str, ServerLevel] = {}
+    health: dict[str, list[HealthPhase]] = {}
     for index, loop in enumerate(level_list):
         level = loop.level
         if stop.is_set():
@@ -84,15 +85,15 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             if before is not None:
                 sampler.start()
             try:
-                health[str(level)] = await _phase(
+                health[str(level)] = [HealthPhase(**h) for h in await _phase(
                     plan, Phase(plan.measured_requests(), loop, tag, t0_ns, load.duration_s), writer, tick,
-                    runner, stop)
+                    runner, stop)]
             finally:
                 gauges = await sampler.stop()
             after = await scrape(e.session, metrics_url)
-            server[str(level)] = {
-                "before": _snapshot(before), "after": _snapshot(after), "gauges": gauges,
-                "prefix_cache_reset": reset}  # the route that emptied the cache before the level (None: not asked)
+            server[str(level)] = ServerLevel(  # prefix_cache_reset: the route that emptied the cache (None: not asked)
+                before=_snapshot(before), after=_snapshot(after), prefix_cache_reset=reset,
+                gauges={k: None if v is None else GaugeStats(**v) for k, v in gauges.items()})
         finally:
             if isinstance(runner, WorkerGroup):
                 runner.close()

@@ -310,10 +310,3 @@ def render_compare(runs: list[Path], fmt: str) -> str:
         return orjson.dumps(clean({"comparisons": docs}), option=orjson.OPT_INDENT_2).decode()
     caveats = [c for r in runs if (c := _caveat(r, judged[r]))] if fmt in ("table", "markdown") else []
     return "\n\n".join(out) + "".join(f"\n{c}" for c in caveats)
-
-
-def fingerprint_diff_text(against: str, old_hash: str, now_hash: str, changes: list[tuple[str, Any, Any]]) -> str:
-    """`loadgate fingerprint --against`'s report: every field that differs, one per line."""
-    lines = [f"{len(changes)} field(s) differ ({against} -> {old_hash[:16]} vs now {now_hash[:16]}):"]
-    lines += [f"  {k}: {a!r} -> {b!r}" for k, a, b in changes]
-    return "\n".join(lines)
