@@ -43,7 +43,7 @@ from loadgate.exactness.bundle import load_bundle
 from loadgate.exactness.bundle import replay as send_again
 from loadgate.gate import policy
 from loadgate.gate.attestation import Attestation, Token, Unverified
-from loadgate.gate.check import CheckOutcome, capture, check_engine, corpus_of, fingerprint_of
+from loadgate.gate.engine_check import CheckOutcome, capture, check_engine, corpus_of, fingerprint_of
 from loadgate.gate.fingerprint import diff, fingerprint_hash
 from loadgate.jsonutil import dump_json
 from loadgate.load.executors import NEVER, StopFlag

@@ -396,7 +396,7 @@ def test_a_gateway_path_prefix_is_the_same_route_but_another_route_is_refused():
 
     from loadgate.errors import UsageError
     from loadgate.exactness.baseline import Baseline
-    from loadgate.gate.check import refuse_other_routes
+    from loadgate.gate.engine_check import refuse_other_routes
 
     case = SimpleNamespace(id="c", kind="completion")
     b = Baseline(None, {"cases": {"c": {"route": "http://e:8000/v1/completions"}}, "fingerprint": {}})

@@ -23,7 +23,7 @@ from pathlib import Path
 from loadgate.errors import ExactnessFailed, ExactnessNotEstablished
 from loadgate.exactness.outcome import not_established_words
 from loadgate.gate.attestation import Attestation, Token, Unverified
-from loadgate.gate.check import CheckOutcome, check_engine, fingerprint_of
+from loadgate.gate.engine_check import CheckOutcome, check_engine, fingerprint_of
 from loadgate.gate.fingerprint import describe_diff, diff
 from loadgate.net.connect import Engine
 
