@@ -7,7 +7,7 @@ step: a draft x ~ q, q the sharpened p, judged by the simulator's rule through t
 its engine uses, `loadgate.sim.speculative.verify_position`), each run with its own seeds, and
 applies the contract's test (`loadgate.exactness.sampling`: pooled chi-square per prefix, Holm
 across prefixes). The draws are made in-process so that 100 runs take minutes, not hours; the
-HTTP path is the same functions behind the simulator's routes (tests/test_sampling.py), and one
+HTTP path is the same functions behind the simulator's routes (tests/e2e/test_sampling.py), and one
 whole `loadgate check` at the chosen sample size is timed at the end.
 
   rejection  the standard rule: the candidate samples exactly p; the test should pass (each run

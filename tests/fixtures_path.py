@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"  # committed test inputs: recorded responses, run folders of older versions
 
 
 def fixtures_dir() -> Path:

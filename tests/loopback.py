@@ -19,12 +19,15 @@ async def sent_to(serve: Callable[[socket.socket], None]) -> AsyncIterator[Conn]
     th = threading.Thread(target=serve, args=(lsock,), daemon=True)
     th.start()
     pool = Pool(f"http://127.0.0.1:{lsock.getsockname()[1]}/v1/completions")
+    c: Conn | None = None
     try:
         c, _ = await pool.acquire()
         c.begin()
         await c.send(pool.request_bytes(b"{}", {}))
         yield c
     finally:
+        if c is not None:
+            c.close()  # acquired, never released: the pool closes only its idle connections
         pool.close()
         th.join(5)
         lsock.close()

@@ -157,7 +157,7 @@ def worst(decisions: Sequence[str]) -> Decision:
         return "n/a"
     for d in ("regressed", "n/a", "inconclusive", "single run", "improved"):
         if d in decisions:
-            return d  # type: ignore[return-value]
+            return d
     return "no change"
 
 
@@ -178,7 +178,8 @@ def compare_summaries(a: Sequence[Any], b: Sequence[Any], **kw: Any) -> dict[str
 
 
 def comparisons_json(comps: dict[str, FigureComparison], verdict: str | None = None) -> dict[str, Any]:
-    return clean({"verdict": verdict, "figures": {n: {
+    out: dict[str, Any] = clean({"verdict": verdict, "figures": {n: {
         "unit": unit_of(n), "baseline_runs": c.baseline, "candidate_runs": c.candidate, "ratio": c.ratio,
         "interval": c.ci, "p_mannwhitney": c.p_mannwhitney, "p_welch_log": c.p_welch_log, "decision": c.decision,
         "higher_is_better": c.higher_is_better, "words": c.words()} for n, c in comps.items()}})
+    return out

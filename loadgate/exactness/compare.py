@@ -67,7 +67,8 @@ def f32_ordered(values: np.ndarray) -> np.ndarray:
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     import numpy as np
 
-    return np.abs(f32_ordered(a) - f32_ordered(b))
+    out: np.ndarray = np.abs(f32_ordered(a) - f32_ordered(b))
+    return out
 
 
 def top2_gap(top: tuple[tuple[int, float | None], ...] | None) -> float | None:

@@ -184,7 +184,7 @@ def _completion_prompt(obj: dict[str, Any], fail: _Fail) -> str:
     if words and prefix:
         fail("prefix_words", "two prompt sources: use prompt_words + prompt_seed or prefix_words + "
                              "prefix_seed + prompt, not both")
-    literal = obj.get("prompt")
+    literal: str | None = obj.get("prompt")
     if "prompt" in obj and not isinstance(literal, str):
         fail("prompt", f"must be a string, got {_type(literal)}")
     if words or prefix:

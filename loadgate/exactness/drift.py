@@ -99,4 +99,4 @@ def scenario_drift(sequences: Sequence[Any], in_flight: int, baseline: Baseline)
 def unstable(drift: dict[str, Any], logprobs: bool) -> int:
     """How many prompts broke `stable: true` in a scenario's drift: more than one output by ids and
     finish reason (`logprobs`: or by logprob bits)."""
-    return drift["prompts_varying_with_logprobs" if logprobs else "prompts_varying"]
+    return int(drift["prompts_varying_with_logprobs" if logprobs else "prompts_varying"])

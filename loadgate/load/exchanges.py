@@ -99,7 +99,7 @@ def _exchange(h: dict[str, Any], payload: bytes) -> Exchange:
     raw = Raw(start_ns=h["st"], headers_ns=h["hd"], end_ns=h["en"], status=h["ss"],
               error=None if h["er"] is None else ErrorInfo(h["er"][0], h["er"][1]),
               stamp_source=h["src"], read_lag_max_ns=h["lag"], new_connection=h["nc"],
-              read_begin=[tuple(b) for b in h["rb"]], sent_ns=h["sn"])  # type: ignore[misc]
+              read_begin=[tuple(b) for b in h["rb"]], sent_ns=h["sn"])
     if h["sk"]:
         raw.socket_reads = reads
     else:
@@ -187,6 +187,12 @@ class LogContents:
     meta: dict[str, Any]
     exchanges: Iterator[Exchange]
     path: Path
+    file: BinaryIO | None = None  # the open log (closed when `exchanges` ends, or by `close`)
+
+    def close(self) -> None:
+        """Close the log without reading its exchanges (a log the caller skips)."""
+        if self.file is not None:
+            self.file.close()
 
 
 def _frames(f: BinaryIO) -> Iterator[tuple[dict[str, Any], bytes]]:
@@ -226,7 +232,7 @@ def read(path: Path) -> LogContents | None:
                     return  # a frame of another shape: what came before is kept
         finally:
             f.close()
-    return LogContents(meta, exchanges(), path)
+    return LogContents(meta, exchanges(), path, f)
 
 
 def log_path(run_dir: Path, run_tag: str, part: str) -> Path:

@@ -122,6 +122,7 @@ def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
         try:  # a header from elsewhere (another version, a damaged file): that log is not read
             adapter, stream, max_event = adapter_for(str(m["api"])), bool(m["stream"]), int(m["max_event_bytes"])
         except (KeyError, TypeError, ValueError):
+            contents.close()
             continue
         read_paths.append(path)
         for x in contents.exchanges:

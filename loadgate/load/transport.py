@@ -100,7 +100,7 @@ class Refused(Exception):
 # in, kept by that entry (a `Turn` and its ints, ~220, one per read when every wake-up reads one
 # socket). A server that sends tiny events, each read alone, holds twenty times its bytes in these:
 # the budget counts them (measured: a 64 MiB budget of tiny events took ~170 MB of RSS counted at
-# 256 bytes a read, ~90 MB at 512; tests/test_hardening.py).
+# 256 bytes a read, ~90 MB at 512; tests/e2e/test_hardening.py).
 READ_OVERHEAD = 512
 
 
@@ -405,7 +405,7 @@ class SocketConn(_Framing):
     simulator at 64 streams: p50 4 us after the send instead of 130 us for user-space stamps).
     Except: TCP gives one stamp per read, that of the last packet read. Packets that queued while
     the loop was busy are read together and the earlier ones stamped late, by at most how long the
-    loop was behind (tests/test_transport.py shows it; `loadgate.load.turns` bounds it).
+    loop was behind (tests/load/test_transport.py shows it; `loadgate.load.turns` bounds it).
     Unless the read's bytes came in one TCP segment, which arrives whole at one moment: after each
     read, `TCP_INFO` gives the connection's count of data segments received and of bytes received;
     when every byte received has been read (nothing queued behind this read) and the count moved by

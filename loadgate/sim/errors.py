@@ -7,6 +7,8 @@ SGLang (`/generate`): `{"error": {"message": ...}}`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from aiohttp import web
 
@@ -28,12 +30,12 @@ class ApiError(Exception):
         self.message = message
         self.param = param
 
-    def vllm_body(self) -> dict:
+    def vllm_body(self) -> dict[str, Any]:
         """vLLM's error object for this error."""
         return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "Error"),
                           "param": self.param, "code": self.status}}
 
-    def sglang_body(self) -> dict:
+    def sglang_body(self) -> dict[str, Any]:
         """SGLang's error object for this error."""
         return {"error": {"message": self.message}}
 

@@ -60,7 +60,7 @@ def plan_faults(cfg: FaultConfig, seed: int, index: int, stream: bool) -> FaultP
     """Draw the faults of request `index` (0-based server counter)."""
     def drawn(name: str) -> bool:
         rate = getattr(cfg, name)
-        return rate > 0 and unit(hash_ints(0xFA17, seed, index, FAULT_NAMES.index(name))) < rate
+        return bool(rate > 0 and unit(hash_ints(0xFA17, seed, index, FAULT_NAMES.index(name))) < rate)
 
     for name, status in _HTTP:
         if drawn(name):

@@ -31,7 +31,8 @@ def mix64_np(x: np.ndarray) -> np.ndarray:
     x = x + np.uint64(GOLDEN)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(_M1)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(_M2)
-    return x ^ (x >> np.uint64(31))
+    out: np.ndarray = x ^ (x >> np.uint64(31))
+    return out
 
 
 def hash_ints(*values: int) -> int:

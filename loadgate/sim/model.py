@@ -227,7 +227,8 @@ class SimModel:
         _, gidx, tau, _, _, _ = self._row(h)
         logits = (-self._gaps[gidx]) - self._depth[tau]
         logits[0] = 0.0
-        return (logits - self._lse[tau, gidx]).astype(np.float32)
+        out: np.ndarray = (logits - self._lse[tau, gidx]).astype(np.float32)
+        return out
 
     def full_logprobs(self, dists: Dists, row: int) -> np.ndarray:
         """The whole float32 log-softmax vector of `row`, indexed by token id."""

@@ -44,7 +44,7 @@ class SglangOptions:
     rid: str | None = None
 
 
-def body_field(body: dict, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+def body_field(body: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any) -> Any:
     v = body.get(key, default)
     if v is None:
         return default
@@ -57,8 +57,8 @@ def body_field(body: dict, key: str, kind: type | tuple[type, ...], default: Any
     return v
 
 
-def _int(body: dict, key: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
-    v = body_field(body, key, int, default)
+def _int(body: dict[str, Any], key: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
+    v: int | None = body_field(body, key, int, default)
     if v is not None and (v < lo or (hi is not None and v > hi)):
         rng = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
         raise bad_request(f"{key} must be {rng}, got {v}", key)
@@ -83,7 +83,7 @@ def _ids(v: Any, key: str) -> tuple[int, ...]:
     raise bad_request(f"{key} must be a list of integers", key)
 
 
-def _temperature(body: dict, greedy_below: float) -> float:
+def _temperature(body: dict[str, Any], greedy_below: float) -> float:
     t = float(body_field(body, "temperature", (int, float), 1.0))
     if t < 0:
         raise bad_request(f"temperature must be non-negative, got {t}", "temperature")
@@ -114,14 +114,14 @@ def _check_max_tokens(max_tokens: int, n_prompt: int, cfg: SimConfig, key: str =
                           f"(parameter={key}, value={max_tokens})", key)
 
 
-def check_model(body: dict, cfg: SimConfig) -> None:
+def check_model(body: dict[str, Any], cfg: SimConfig) -> None:
     """404 unless `model` is absent or the served model name."""
     model = body.get("model")
     if model is not None and model != cfg.model:
         raise ApiError(404, f"The model `{model}` does not exist. Valid aliases: {cfg.model}.", "model")
 
 
-def _openai_common(body: dict) -> None:
+def _openai_common(body: dict[str, Any]) -> None:
     if body_field(body, "n", int, 1) != 1 or body_field(body, "best_of", int, 1) != 1:
         raise bad_request("the simulator serves n=1 only", "n")
     if isinstance(body.get("tool_choice"), dict) or body.get("tool_choice") == "required":
@@ -130,7 +130,7 @@ def _openai_common(body: dict) -> None:
         raise bad_request("echo is not supported by the simulator", "echo")
 
 
-def _openai_options(body: dict) -> OpenAIOptions:
+def _openai_options(body: dict[str, Any]) -> OpenAIOptions:
     so = body_field(body, "stream_options", dict, {})
     include = bool(body_field(so, "include_usage", bool, False))
     return OpenAIOptions(
@@ -152,7 +152,7 @@ def _prompt_ids(prompt: Any, tk: Tokenizer) -> list[int]:
     raise bad_request("prompt must be a string or a list of token ids (one prompt per request)", "prompt")
 
 
-def parse_completion(body: dict, cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, OpenAIOptions]:
+def parse_completion(body: dict[str, Any], cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, OpenAIOptions]:
     """`/v1/completions` body -> parameters (raises ApiError)."""
     check_model(body, cfg)
     _openai_common(body)
@@ -172,7 +172,7 @@ def parse_completion(body: dict, cfg: SimConfig, tk: Tokenizer) -> tuple[GenPara
     return params, _openai_options(body)
 
 
-def parse_chat(body: dict, cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, OpenAIOptions]:
+def parse_chat(body: dict[str, Any], cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, OpenAIOptions]:
     """`/v1/chat/completions` body -> parameters (raises ApiError)."""
     check_model(body, cfg)
     _openai_common(body)
@@ -197,7 +197,7 @@ def parse_chat(body: dict, cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, Op
     return params, _openai_options(body)
 
 
-def parse_generate(body: dict, cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, SglangOptions]:
+def parse_generate(body: dict[str, Any], cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, SglangOptions]:
     """SGLang `/generate` body -> parameters (raises ApiError)."""
     if isinstance(body.get("text"), str):
         ids = tk.encode(body["text"])

@@ -1,6 +1,6 @@
 """Speculative decoding: how many drafts a verify step accepts, and the per-request statistics.
 
-Definitions (the simulator's, stated once; `tests/test_sim_speculative.py` checks them):
+Definitions (the simulator's, stated once; `tests/sim/test_sim_speculative.py` checks them):
   * The prefill step produces the first output token. It is not a verify step and counts in no
     speculative statistic.
   * With speculation on, every later engine step of a sequence is a verify step. It proposes
@@ -25,6 +25,7 @@ Definitions (the simulator's, stated once; `tests/test_sim_speculative.py` check
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,8 @@ def draw_accepted(cfg: SpeculativeConfig, seed: int, context_hash: int, n_out: i
 def draft_probs(p: np.ndarray, sharpness: float) -> np.ndarray:
     """The draft distribution q of a sampled request: the target's p sharpened, q ~ p**s."""
     w = np.power(p, sharpness)
-    return w / w.sum()
+    q: np.ndarray = w / w.sum()
+    return q
 
 
 def draw(probs: np.ndarray, u: float) -> int:
@@ -109,11 +111,11 @@ class SpecProgress:
         self.accepted += accepted
         self.histogram[accepted] += 1
 
-    def vllm(self, non_stream: bool) -> dict:
+    def vllm(self, non_stream: bool) -> dict[str, Any]:
         """vLLM's `metrics.speculative_decoding` object (the non-stream body adds two null fields).
 
         With no verify step (max_tokens 1) the two ratios are null."""
-        out: dict = {
+        out: dict[str, Any] = {
             "mean_acceptance_length": 1.0 + self.accepted / self.steps if self.steps else None,
             "draft_acceptance_rate": self.accepted / self.draft_tokens if self.draft_tokens else None,
             "acceptance_histogram": list(self.histogram),
@@ -127,7 +129,7 @@ class SpecProgress:
             out["per_step_drafted"] = None
         return out
 
-    def sglang(self, completion_tokens: int) -> dict:
+    def sglang(self, completion_tokens: int) -> dict[str, Any]:
         """SGLang's `meta_info` speculative fields (spec_accept_length null with no verify step)."""
         return {
             "spec_verify_ct": self.steps,

@@ -39,7 +39,7 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -105,7 +105,7 @@ class RequestTruth:
             pos += n
         return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON-able values (chunks as objects with named fields)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
         d["chunks"] = [c._asdict() for c in self.chunks]

@@ -19,7 +19,7 @@ because SGLang's /v1/chat/completions cannot give loadgate token ids (a test bel
 does instead). Speculative decoding cannot run on this CPU (SGLang's CPU speculative path needs
 kernels that only build from SGLang's repository; a test below shows both methods failing to
 start), so the per-request `spec_verify_ct` / `spec_accept_length` fields stay tested on
-hand-written shapes (tests/test_adapters_fixtures.py, tests/test_specdec.py).
+hand-written shapes (tests/engine/test_adapters_fixtures.py, tests/analysis/test_specdec.py).
 
 Facts measured on each run are appended to `<engine_logs>/sglang-facts.jsonl`.
 """

@@ -151,7 +151,7 @@ def context_length(engine: dict[str, object]) -> int | None:
     then every family's); None when none says."""
     first = identify(engine)
     for f in ([first] if first else []) + [f for f in FAMILIES.values() if f is not first]:
-        n = f.context_length(engine)  # type: ignore[arg-type]
+        n = f.context_length(engine)
         if n is not None:
             return n
     return None

@@ -30,7 +30,8 @@ def _clip(x: np.ndarray, d: Distribution) -> np.ndarray:
 
     lo = d.min if d.min is not None else 1
     hi = d.max if d.max is not None else np.iinfo(np.int64).max
-    return np.clip(np.rint(x), lo, hi).astype(np.int64)
+    out: np.ndarray = np.clip(np.rint(x), lo, hi).astype(np.int64)
+    return out
 
 
 def read_empirical(path: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -1,7 +1,7 @@
 """A made-up engine family, "Acme", written as docs/contributing.md's "Add an engine" says: this one
 file, put in `loadgate/engine/adapters/`, is all loadgate needs. Acme speaks the OpenAI-compatible
 routes and serves vLLM's metric names, so the embedded simulator can play it
-(tests/test_engine_family.py copies this file into a copy of the package and runs a check and a
+(tests/e2e/test_engine_family.py copies this file into a copy of the package and runs a check and a
 run through it)."""
 
 from __future__ import annotations

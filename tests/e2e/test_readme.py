@@ -6,9 +6,9 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.fixtures_path import REPO
+
 COMMAND = "$ loadgate run profiles/quickstart.yaml"
 
 
@@ -44,10 +44,13 @@ def test_the_readme_quickstart_block_is_what_a_fresh_run_prints():
     assert not [x for x in want if x.startswith(machine)]
     got = [x for x in got if not x.startswith(machine)]
     if p.returncode == 30:
-        # Invalid: on a VM whose host took a share of the CPU the stamps cannot be proven; the run
-        # must say so (the only acceptable cause here), and the rest reads the same.
+        # Invalid: on a busy machine the stamps cannot be proven: the host took a share of the CPU
+        # (a VM), or another process kept the client off its core so it fell behind the stream (the
+        # suite's other worker runs beside this test on two cores). The run must say which, with
+        # what to do, and the rest reads the same.
         invalid = [x for x in got if x.startswith("INVALID: ")]
-        assert len(invalid) == 1 and "the host took" in invalid[0], p.stdout.decode()
+        machine_words = ("the host took", "lower the concurrency")  # (analysis.validity.cores_words)
+        assert len(invalid) == 1 and any(w in invalid[0] for w in machine_words), p.stdout.decode()
         got = [x for x in got if not x.startswith("INVALID: ") and not x.startswith("outcome: INVALID")]
         want = [x for x in want if not x.startswith("outcome: ")]
     else:

@@ -17,15 +17,14 @@ from loadgate.config.profile import load_profile
 from loadgate.config.simconfig import SimConfig
 from loadgate.sim import early
 from loadgate.sim.process import take_prestarted
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fixtures_path import REPO
 
 
 def _profile(tmp_path: Path, endpoint: str = "embedded", k: int = 3) -> Path:
-    doc = yaml.safe_load((ROOT / "profiles" / "quickstart.yaml").read_text())
+    doc = yaml.safe_load((REPO / "profiles" / "quickstart.yaml").read_text())
     doc["target"]["endpoint"] = endpoint
     doc["target"]["sim"]["speculative"]["k"] = k
-    doc["exactness"]["corpus"] = str(ROOT / "workloads" / "reference.jsonl")
+    doc["exactness"]["corpus"] = str(REPO / "workloads" / "reference.jsonl")
     p = tmp_path / "p.yaml"
     p.write_text(yaml.safe_dump(doc))
     return p
@@ -106,7 +105,7 @@ def test_the_child_stops_itself_when_the_command_that_started_it_dies(tmp_path):
     code = ("import sys, os; import loadgate.sim.early as e; "
             f"e.spawn_for_profile({str(p)!r}); c = e.EARLY[0].proc; "
             "line = c.stdout.readline(); print(c.pid, line[:20], flush=True); os.kill(os.getpid(), 9)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout.split()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO).stdout.split()
     pid = int(out[0])
     assert "config" in " ".join(out[1:])  # it had read the profile and was starting up
     assert _gone(pid), f"simulator {pid} outlived the command that started it"

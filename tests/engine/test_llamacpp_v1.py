@@ -7,18 +7,16 @@ one slot: five greedy requests of 24 tokens each on one prompt, `/metrics` befor
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 
 from loadgate.analysis.specdec import contamination, from_counters, from_records, reconcile
 from loadgate.engine.adapters import adapter_for, chat_api_for, family_for
 from loadgate.engine.adapters.base import Decoded, GenRequest
 from loadgate.snapshot import parse_metrics
-from tests.fixtures_path import sse_events
+from tests.fixtures_path import DATA, sse_events
 from tests.recs import make_record
 
-D = Path(__file__).parent / "data" / "llama-server-v1"
+D = DATA / "llama-server-v1"
 COMPLETIONS, CHAT = "llamacpp-openai-completions", "llamacpp-openai-chat"
 FILES = {"v1_completions_stream_verbose.sse": COMPLETIONS, "v1_completions_verbose.json": COMPLETIONS,
          "v1_chat_stream_verbose.sse": CHAT, "v1_chat_verbose.json": CHAT,

@@ -25,8 +25,8 @@ from loadgate.exactness.corpus import (
 )
 from loadgate.load.workload.text import filler_text
 from loadgate.sim.process import SimProcess
+from tests.fixtures_path import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # Changing any case, or the generated text behind one, changes this hash and so invalidates every
 # attestation made with the shipped corpus: update it only on purpose.
 SHIPPED_SHA256 = "0585d9a7732efe9203d51041b7856df0fc3b1c8fc614070d53a0ab93062017f7"

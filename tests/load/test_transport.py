@@ -333,6 +333,7 @@ def test_reads_that_wait_only_for_the_rest_of_one_burst_keep_a_tight_end(monkeyp
             raw = Raw(start_ns=c.sent_ns, socket_reads=list(c.reads), read_begin=resolved(c.read_begin), sent_ns=c.sent_ns)
             finish_socket(raw)
             raws.append(raw)
+            c.close()  # acquired, never released: the pool closes only its idle connections
         pool.close()
         th.join(5)
         lsock.close()

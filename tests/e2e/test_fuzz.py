@@ -23,7 +23,6 @@ import os
 import shutil
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,9 +35,9 @@ from loadgate.engine.adapters.base import ErrorKind
 from loadgate.errors import EXIT_CODES
 from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
 from loadgate.net.http import make_session
+from tests.fixtures_path import REPO
 
 SCALE = int(os.environ.get("LOADGATE_FUZZ_SCALE", "1"))
-REPO = Path(__file__).resolve().parents[1]
 PROFILES = sorted((REPO / "profiles").glob("*.yaml"))
 def fuzz(examples: int) -> settings:
     """Each test's settings: `examples` x LOADGATE_FUZZ_SCALE, no deadline, the same examples in

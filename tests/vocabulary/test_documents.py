@@ -21,8 +21,8 @@ from loadgate.documents import (
     ServerLevel,
 )
 from loadgate.jsonutil import dump_json, load_json
+from tests.fixtures_path import DATA
 
-DATA = Path(__file__).resolve().parent / "data"
 GOLDEN = DATA / "documents"
 
 

@@ -5,14 +5,14 @@ in tests/data/runs-v1/golden/), apart from lines added since, which are listed h
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from loadgate.cli import main
 from loadgate.records import SCHEMA_VERSION, read_records
+from tests.fixtures_path import DATA
 
-RUNS = Path(__file__).parent / "data" / "runs-v1"
+RUNS = DATA / "runs-v1"
 GOLDEN = RUNS / "golden"
 # Lines a newer loadgate prints that the previous version did not (each a regex, whole line): the
 # exactness block, capacity and thresholds tables, and the verdict (the verdict stage).

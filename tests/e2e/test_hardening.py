@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,8 @@ from loadgate.load.transport import Limits
 from loadgate.net.http import make_session
 from loadgate.records import read_records
 from tests import hostile
+from tests.fixtures_path import REPO
 from tests.profiles import LAX_HEALTH
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def fetch_once(url: str, *, timeout_s: float = 10.0, limits: Limits | None = None, streams: int = 1
@@ -193,9 +193,28 @@ def hostile_profile(tmp: Path, url: str, **load: Any) -> Path:
     return p
 
 
+_PROCS: list[subprocess.Popen[bytes]] = []
+
+
 def loadgate_proc(*args: str, env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "loadgate", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, **kw)
+    """`python -m loadgate ARGS` with its output kept; ended and its pipes closed after the test."""
+    p = subprocess.Popen([sys.executable, "-m", "loadgate", *args], cwd=REPO, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, **kw)
+    _PROCS.append(p)
+    return p
+
+
+@pytest.fixture(autouse=True)
+def _no_process_or_pipe_left() -> Iterator[None]:
+    yield
+    while _PROCS:
+        p = _PROCS.pop()
+        if p.poll() is None:
+            p.kill()
+        p.wait(30)
+        for pipe in (p.stdout, p.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.mark.parametrize("behaviour", ["endless_fast", "endless_slow", "header_flood", "interim_then_stream"])

@@ -20,11 +20,11 @@ from loadgate.config.profile import load_profile
 from loadgate.engine import adapters
 from loadgate.errors import ProfileError
 from loadgate.jsonutil import load_json
+from tests.fixtures_path import REPO
 from tests.profiles import LAX_HEALTH, tiny_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
-ACME = ROOT / "tests" / "data" / "engine_family" / "acme.py"
-RECIPES = ROOT / "docs" / "contributing.md"
+ACME = REPO / "tests" / "data" / "engine_family" / "acme.py"
+RECIPES = REPO / "docs" / "contributing.md"
 FAST = {"decode_step_us": 150, "decode_us_per_seq": 5, "prefill_us_per_token": 0.5}
 
 
@@ -75,7 +75,7 @@ def test_the_add_an_engine_recipe_one_file_gives_a_check_and_a_run(tmp_path):
     recipe = RECIPES.read_text().split("## Add an engine", 1)[1].split("\n## ", 1)[0]
     assert "`loadgate/engine/adapters/`" in recipe and "tests/data/engine_family/acme.py" in recipe
     site = tmp_path / "site"
-    shutil.copytree(ROOT / "loadgate", site / "loadgate", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "loadgate", site / "loadgate", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ACME, site / "loadgate" / "engine" / "adapters" / "acme.py")  # the recipe's one step
     env = {**os.environ, "PYTHONPATH": str(site)}
     p = profile(tmp_path, "acme-completions")

@@ -31,8 +31,9 @@ from loadgate.config.simconfig import SimConfig
 from loadgate.config.typed_yaml import json_schema, load_dataclass, parse_yaml
 from loadgate.engine.adapters import apis
 from loadgate.errors import ProfileError
+from tests.fixtures_path import REPO
 
-PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+PROFILES = REPO / "profiles"
 QUICKSTART = PROFILES / "quickstart.yaml"
 EXAMPLE_FULL = PROFILES / "example-full.yaml"
 

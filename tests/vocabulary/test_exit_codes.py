@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 from loadgate import errors
 from loadgate.errors import EXIT_CODES, Exit, LoadgateError
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fixtures_path import REPO
 
 
 def readme_exit_table() -> dict[int, str]:
-    text = (ROOT / "README.md").read_text()
+    text = (REPO / "README.md").read_text()
     section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     rows: dict[int, str] = {}
     for line in section.splitlines():
@@ -43,14 +41,14 @@ def test_every_exception_ends_with_a_code_of_the_table():
 def test_no_verdict_is_built_from_a_bare_number():
     """`Verdict(30, ...)` or `return 22, "inconclusive", ...` in loadgate/: the code belongs to `Exit`."""
     bad = []
-    for path in (ROOT / "loadgate").rglob("*.py"):
+    for path in (REPO / "loadgate").rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Verdict" and node.args \
                     and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int):
-                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
             if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) == 3 \
                     and isinstance(node.value.elts[0], ast.Constant) and isinstance(node.value.elts[0].value, int) \
                     and path.name == "verdict.py":
-                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+                bad.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not bad, bad

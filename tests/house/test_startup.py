@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
+
+from tests.fixtures_path import REPO
 
 HEAVY = ("scipy", "aiohttp", "numpy", "jsonschema", "yaml", "tabulate", "loadgate.runs")
 CLIENT = ("loadgate.runs", "loadgate.load", "loadgate.analysis", "loadgate.gate", "loadgate.exactness",
@@ -65,7 +66,7 @@ def test_the_analysis_stage_and_the_verdict_load_no_network_code():
     """Summaries, A/B statistics and the verdict read run folders: the Prometheus snapshots they
     compare are `loadgate.snapshot`, and the verdict's words for a check that was not established
     come from `loadgate.exactness.outcome`, not from the live check and its transport."""
-    pkg = Path(__file__).resolve().parents[1] / "loadgate"
+    pkg = REPO / "loadgate"
     mods = [f"loadgate.{d.replace('/', '.')}.{p.stem}" for d in ("analysis", "core", "engine/adapters")
             for p in (pkg / d).glob("*.py") if p.stem != "__init__"]  # the engine families: pure too
     assert len(mods) >= 14

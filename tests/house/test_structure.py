@@ -11,7 +11,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "loadgate"
+from tests.fixtures_path import REPO
+
+PKG = REPO / "loadgate"
 
 # Stages, lowest first: the package's folders in their import order, with the top-level modules
 # placed among them. A module belongs to the longest prefix that names it; it may import only
@@ -277,7 +279,7 @@ def test_the_engine_name_check_finds_a_branch_on_an_engine():
                "match n:\n    case 'vllm:x': pass\nz = s.startswith(('a', 'llama'))\nok = 'vllm' + api\n")
     assert sorted(w.split(" tests for ")[1] for w in engine_name_tests(planted, "p")) == [
         "'llama'", "'llamacpp'", "'sglang'", "'vllm'", "'vllm:x'"]
-    assert engine_name_tests(open(MODULES["loadgate.engine.adapters.vllm"]).read(), "vllm")  # it may, and does
+    assert engine_name_tests(MODULES["loadgate.engine.adapters.vllm"].read_text(), "vllm")  # it may, and does
 
 
 # Text for people is assembled only in report/ and the command layer. What counts: joining pieces

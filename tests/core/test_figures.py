@@ -4,7 +4,6 @@ adding a figure is one entry (docs/contributing.md's own example, run here)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +15,10 @@ from loadgate.core.figures import Figure
 from loadgate.records import Record
 from loadgate.report.html import level_table_html
 from loadgate.report.table import level_table
+from tests.fixtures_path import REPO
 from tests.recs import make_record
 
-RECIPES = Path(__file__).resolve().parents[1] / "docs" / "contributing.md"
+RECIPES = REPO / "docs" / "contributing.md"
 PROFILE = {"workload": {"token_mismatch_limit": 0.0}}
 
 

@@ -10,10 +10,10 @@ import subprocess
 import sys
 import tarfile
 import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-GPU = ROOT / "benchmarks" / "gpu"
+from tests.fixtures_path import REPO
+
+GPU = REPO / "benchmarks" / "gpu"
 
 
 def norm(name: str) -> str:
@@ -37,7 +37,7 @@ def packages() -> dict[str, str]:
 
 
 def test_every_runtime_dependency_is_on_the_image_or_carried():
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     listed = packages()
     missing = [d for d in deps if requirement_name(d) not in listed]
     assert not missing, f"add them to benchmarks/gpu/packages.txt: {missing}"
@@ -117,6 +117,6 @@ def test_the_archive_unpacks_into_the_layout_of_docs_validation(tmp_path):
                      "spec-solo-performance/B1/records.jsonl", "spec-solo-performance/B1/summary.json",
                      "spec-solo-performance/ab.json",
                      "spec-solo-performance/comparison.json", "spec-solo-performance/verdict.json"]
-    existing = {p.relative_to(ROOT / "docs" / "validation").as_posix()
-                for p in (ROOT / "docs" / "validation").rglob("*") if p.is_file()}
+    existing = {p.relative_to(REPO / "docs" / "validation").as_posix()
+                for p in (REPO / "docs" / "validation").rglob("*") if p.is_file()}
     assert {"results.json", "models.json", "pipeline.log", "restart-bit-exact.txt"} <= existing
