@@ -1,11 +1,12 @@
 """The suite's layout: one folder per stage of the package (`core/`, `engine/`, `config/`,
 `analysis/`, `sim/`, `load/`, `exactness/`, `gate/`, `report/`; `vocabulary/` for the top-level
-modules every stage reads, `house/` for the structure and the pointers), whose tests run in-process
-on the stage's own inputs; `e2e/`, whose tests go through the command line, a run folder or a
+modules every stage reads, `house/` for the structure and the pointers), whose tests run on the
+stage's own inputs where they can; `e2e/`, whose tests go through the command line, a run folder or a
 spawned process; and `engines/`, against real engines (marked `engine`, run by CI's engine step).
 
-Every test under `e2e/` is marked `e2e` here, so `python -m pytest -q -m "not e2e"` runs the
-stage tests alone (about a minute) and `-m e2e` the end-to-end tier."""
+Every test under `e2e/` is marked `e2e` here, so
+`python -m pytest -q -m "not e2e and not engine and not timing"` runs the stage tests alone and
+`-m e2e` the end-to-end tier (a `-m` on the command line replaces the default one)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """`-n auto` (pyproject's addopts): one worker per core, except for the tiers that must have
-    the machine to themselves: the timing tests (`-m timing`) and the real engines (`-m engine`,
-    whose servers each worker would start again) run in one process."""
+    """`-n auto` (pyproject's addopts): one worker per core, unless the selection can hold a test of
+    the tiers that must have the machine to themselves: the timing tests (`-m timing`) and the real
+    engines (`-m engine`, whose servers each worker would start again) then run in one process.
+    The mark expression is evaluated, so `-m "not e2e"` (which selects timing tests too) is one
+    process, and the default `not engine and not timing` is not."""
+    from _pytest.mark.expression import Expression
+
     expr = config.getoption("markexpr") or ""
-    if any(f"not {m}" not in expr and m in expr for m in ("timing", "engine")):
+    if not expr:
+        return 0
+    compiled = Expression.compile(expr)
+    if any(compiled.evaluate(lambda name, _m=m, **kw: name == _m) for m in ("timing", "engine")):
         return 0
     return None

@@ -290,6 +290,9 @@ class _Converter:
         if tp is bool and isinstance(value, bool):
             return value
         if tp is str and isinstance(value, _ExponentFloat):
+            choices = _choices(meta)
+            if choices is not None and value.text not in choices:
+                raise self.fail(path, f"expected {expect}, got {show(value.text)}")
             return value.text
         if tp in (int, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
             number = _as_number(tp, value)

@@ -75,6 +75,9 @@ CASES: dict[str, Case] = {
     "api_not_in_literal": Case(
         "target:\n  api: grpc\n", 2, "target.api",
         "expected one of 'openai-completions', 'openai-chat', 'llamacpp', 'llamacpp-openai-completions', 'llamacpp-openai-chat', 'sglang', got 'grpc'"),
+    "api_read_as_a_number": Case(
+        "target:\n  api: 1e5\n", 2, "target.api",
+        "expected one of 'openai-completions', 'openai-chat', 'llamacpp', 'llamacpp-openai-completions', 'llamacpp-openai-chat', 'sglang', got '1e5'"),
     "literal_typo_gets_suggestion": Case(
         "load:\n  rate: 2\n  arrival: posson\n", 3, "load.arrival", "(did you mean 'poisson'?)"),
     "uniform_without_max": Case(

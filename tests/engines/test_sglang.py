@@ -401,7 +401,8 @@ def test_chat_cannot_give_loadgate_ids_so_a_chat_case_fails_the_baseline_instead
                                  headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=60)
-    assert err.value.code == 400 and "return_token_ids is not supported with streaming" in err.value.read().decode()
+    with err.value:  # (its response stays open until closed)
+        assert err.value.code == 400 and "return_token_ids is not supported with streaming" in err.value.read().decode()
     unstreamed = post_json(srv.url + "/v1/chat/completions", body)["choices"][0]
     assert len(unstreamed["response_token_ids"]) == 4 and "token_ids" not in unstreamed
     corpus = work / "chat.jsonl"

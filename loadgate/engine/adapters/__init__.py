@@ -138,8 +138,9 @@ def introspection() -> list[Introspection]:
         for q in f.introspection:
             had = out.get(q.key)
             out[q.key] = q if had is None else Introspection(q.key, tuple(dict.fromkeys(had.routes + q.routes)),
-                                                             tuple(dict.fromkeys(had.hashed + q.hashed)))
-    return list(out.values())
+                                                             tuple(dict.fromkeys(had.hashed + q.hashed)),
+                                                             min(had.order, q.order))
+    return sorted(out.values(), key=lambda q: q.order)
 
 
 def info_metrics() -> tuple[str, ...]:

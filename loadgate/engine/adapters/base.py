@@ -232,6 +232,7 @@ class Introspection:
     key: str
     routes: tuple[str, ...]
     hashed: tuple[str, ...] = ()
+    order: int = 50  # where the key comes in the fingerprint (the order it was always written in)
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,7 +178,7 @@ LLAMACPP = Family(
                       draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
                       accepted="llamacpp:spec_decode_num_accepted_tokens_total",
                       per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos_total", drafts_are_steps=False),
-    introspection=(Introspection("props", ("/props",), hashed=("chat_template",)),),
+    introspection=(Introspection("props", ("/props",), hashed=("chat_template",), order=3),),
     reset_routes=(),  # none: its adapters send `cache_prompt: false`, so no request uses the cache
     identifies=lambda engine: bool(engine.get("props")),
     seeds=_seeds,

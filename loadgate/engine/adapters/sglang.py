@@ -161,8 +161,9 @@ def _seeds(engine: dict[str, Any]) -> str:
 
 
 def _context_length(engine: dict[str, Any]) -> int | None:
+    """/v1/models' `max_model_len`, else /server_info's `context_length`."""
     n = (engine.get("server_info") or {}).get("context_length")
-    return n if isinstance(n, int) and not isinstance(n, bool) else models_context_length(engine)
+    return models_context_length(engine) or (n if isinstance(n, int) and not isinstance(n, bool) else None)
 
 
 SGLANG = Family(
@@ -173,7 +174,7 @@ SGLANG = Family(
     # No speculative-decoding counters, only gauges (`sglang:spec_accept_length`, ...): no `spec`
     generated="sglang:generation_tokens_total",
     prefix_cache=("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
-    introspection=(Introspection("server_info", ("/server_info", "/get_server_info")),),
+    introspection=(Introspection("server_info", ("/server_info", "/get_server_info"), order=2),),
     reset_routes=("/flush_cache",),
     identifies=lambda engine: bool(engine.get("server_info")),
     seeds=_seeds,

@@ -8,7 +8,7 @@ from loadgate.engine.adapters.base import Family, Introspection, models_context_
 
 SIMULATOR = Family(
     name="sim", title="the simulator", metric_prefix="", precedence=0,
-    introspection=(Introspection("server_info", ("/server_info",)),),
+    introspection=(Introspection("server_info", ("/server_info",), order=2),),
     reset_routes=("/reset_prefix_cache",),
     identifies=lambda engine: "sim" in (engine.get("server_info") or {}),
     seeds=lambda engine: "the simulator takes a per-request seed",

@@ -25,7 +25,7 @@ VLLM = Family(
                       per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total"),
     prefix_cache=("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
     info_metrics=("vllm:cache_config_info", "vllm:model_config_info"),
-    introspection=(Introspection("version", ("/version",)), Introspection("models", ("/v1/models",))),
+    introspection=(Introspection("version", ("/version",), order=0), Introspection("models", ("/v1/models",), order=1)),
     reset_routes=("/reset_prefix_cache",),  # served only with VLLM_SERVER_DEV_MODE=1
     identifies=_identifies,
     seeds=lambda engine: "vLLM takes a per-request seed",
