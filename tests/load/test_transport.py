@@ -258,6 +258,7 @@ def test_a_read_is_stamped_when_its_last_packet_arrived():
         time.sleep(0.01)
         await asyncio.wait_for(done, 5)
         stamps = [t for t, piece in parse_response(c.reads).body if piece.startswith(b"data:")]
+        c.close()  # acquired, never released: the pool closes only its idle connections
         pool.close()
         th.join(5)
         lsock.close()
