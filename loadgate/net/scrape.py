@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from loadgate.engine.adapters import gauge_names
-from loadgate.engine.adapters.base import GAUGE_KEYS, Family, GaugeKey
+from loadgate.engine.adapters.base import GAUGE_KEYS, GaugeKey
 from loadgate.errors import EngineError
 from loadgate.net.http import MAX_JSON_BYTES, read_bounded
 from loadgate.snapshot import Snapshot, first_name, parse_metrics
@@ -68,8 +68,8 @@ async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 10
 
 @dataclass
 class GaugeSampler:
-    """Polls `/metrics` every `interval_s` while running and keeps the gauges (`GAUGE_KEYS`) of the
-    engine families (`families`; None: every registered one).
+    """Polls `/metrics` every `interval_s` while running and keeps the gauges (`GAUGE_KEYS`) of every
+    registered engine family.
 
     While the load runs it only fetches the text and keeps the lines of those gauges (string
     prefix tests); parsing waits until `stop()`, so the measuring loop is not blocked by the
@@ -78,13 +78,12 @@ class GaugeSampler:
     session: aiohttp.ClientSession
     url: str
     interval_s: float = 0.5
-    families: tuple[Family, ...] | None = None
     texts: list[str] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
     def names(self, key: GaugeKey | None = None) -> tuple[str, ...]:
         keys = GAUGE_KEYS if key is None else (key,)
-        return tuple(n for k in keys for n in gauge_names(k, self.families))
+        return tuple(n for k in keys for n in gauge_names(k))
 
     async def _loop(self) -> None:
         wanted = self.names()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterable
 from types import ModuleType
 
 from loadgate.engine.adapters.base import EngineAdapter, Family, GaugeKey, Introspection
@@ -115,9 +114,9 @@ def identify(engine: dict[str, object]) -> Family | None:
     return next((f for f in FAMILIES.values() if f.identifies(engine)), None)
 
 
-def gauge_names(key: GaugeKey, families: Iterable[Family] | None = None) -> tuple[str, ...]:
+def gauge_names(key: GaugeKey) -> tuple[str, ...]:
     """Every family's names of one gauge, in family order."""
-    return tuple(n for f in (FAMILIES.values() if families is None else families) for n in f.gauges.get(key, ()))
+    return tuple(n for f in FAMILIES.values() for n in f.gauges.get(key, ()))
 
 
 def metric_prefixes() -> tuple[str, ...]:

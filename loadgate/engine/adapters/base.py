@@ -305,6 +305,7 @@ def models_context_length(engine: dict[str, Any]) -> int | None:
     """`max_model_len` of the first model in OpenAI's `/v1/models` list that gives one (vLLM's
     field; SGLang and the simulator serve it too)."""
     for m in engine.get("models") or []:
-        if isinstance(m, dict) and m.get("max_model_len"):
-            return int(m["max_model_len"])
+        n = m.get("max_model_len") if isinstance(m, dict) else None
+        if type(n) is int and n > 0:  # anything else the server sent says nothing
+            return n
     return None
