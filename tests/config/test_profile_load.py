@@ -291,3 +291,31 @@ def test_random_valid_profiles_round_trip_through_yaml(data: dict[str, Any]) -> 
     assert p.load.concurrency == (tuple(want) if isinstance(want, list) else want)
     assert p.load.rate == data["load"].get("rate")
     assert set(lines) >= {"name", "load", "target.sim.speculative.k", "workload.input_len.max"}
+
+
+TRICKY = ("a: 1e3\nb: '1e3'\nc: 010\nd: 1:30\ne: yes\nf: ~\ng: 2026-12-02\nh: |\n  text\ni: .inf\n"
+          "j: [1, 2.5, x]\nk: {m: -0x1F}\n")
+
+
+@pytest.mark.parametrize("name", [p.name for p in sorted((REPO / "profiles").glob("*.yaml"))] + ["tricky"])
+def test_libyaml_and_pyyaml_read_the_same_data_and_lines(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast parser (libyaml) gives what PyYAML's own parser gives: the same values, types and
+    key lines, so the speed-up changes nothing a profile means."""
+    assert getattr(yaml, "CSafeLoader", None) is not None  # the wheel on PyPI ships libyaml
+    text = TRICKY if name == "tricky" else (REPO / "profiles" / name).read_text()
+    fast = parse_yaml(text, file="p.yaml")
+    monkeypatch.delattr(yaml, "CSafeLoader")
+    slow = parse_yaml(text, file="p.yaml")
+    assert repr(fast) == repr(slow)  # repr: 1e3 stays the number-or-text type on both sides
+    if name == "tricky":
+        assert fast[0]["a"] == 1000 and fast[0]["b"] == "1e3" and fast[0]["c"] == "010"
+
+
+def test_a_syntax_error_reads_as_pyyaml_words_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = "load:\n  concurrency: [1, 2\nworkload: x\n"
+    with pytest.raises(ProfileError) as fast:
+        parse_yaml(bad, file="p.yaml")
+    monkeypatch.delattr(yaml, "CSafeLoader")
+    with pytest.raises(ProfileError) as slow:
+        parse_yaml(bad, file="p.yaml")
+    assert str(fast.value) == str(slow.value) and "line 3" in str(fast.value)

@@ -347,7 +347,8 @@ def test_performance_phase_reads_sglang_counters_and_finds_the_window_clean(f32_
     note(engine_logs, test="performance", contamination=cc, gauges=gauges, run_exit=f32_run["code"],
          ttft_s=sorted(round(r.chunk_ns[0] / 1e9, 3) for r in records if r.chunk_ns),  # chunk_ns: from start_ns
          decode_tokens_per_s_per_stream=sorted(round((len(r.chunk_ns) - 1) / ((r.chunk_ns[-1] - r.chunk_ns[0]) / 1e9), 1)
-                                               for r in records if len(r.chunk_ns) > 1),
+                                               for r in records if len(r.chunk_ns) > 1  # one read: no rate
+                                               and r.chunk_ns[-1] > r.chunk_ns[0]),
          output_tokens_per_s=round(MEASURED * MAX_TOKENS / window_s, 1))
 
 
