@@ -24,7 +24,7 @@ from typing import Any
 from loadgate.analysis.specdec import draft_delta, prefix_cache
 from loadgate.config.contract import Contract, Verdict
 from loadgate.config.profile import Scenarios
-from loadgate.engine.adapters import family_for
+from loadgate.engine.adapters import family_for, identify
 from loadgate.exactness.baseline import Baseline, seq_output
 from loadgate.exactness.compare import Comparison, compare
 from loadgate.exactness.contract import passes, verdict
@@ -154,14 +154,11 @@ def speculation_declared(fp: dict[str, Any]) -> tuple[bool | None, str]:
         if key in declared:
             on = str(declared[key]).strip().lower() not in ("", "none", "off", "false", "no", "0")
             return on, f"declared.{key} = {declared[key]!r}"
-    info = (fp.get("engine") or {}).get("server_info") or {}
-    sim = info.get("sim") or {}
-    if isinstance(sim.get("speculative"), dict):
-        method = sim["speculative"].get("method")
-        return method not in (None, "none"), f"simulator speculative.method = {method!r}"
-    if "speculative_algorithm" in info:
-        alg = info["speculative_algorithm"]
-        return alg not in (None, "", "none", "NONE"), f"server_info speculative_algorithm = {alg!r}"
+    engine = fp.get("engine") or {}
+    family = identify(engine)
+    said = family.speculation(engine) if family is not None else None
+    if said is not None:
+        return said
     return None, "the fingerprint does not say (declare `speculative` under target.declared)"
 
 

@@ -113,3 +113,19 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
     # a server.json written before the fix holds the NaN as null: read, the null left out
     old = [["sglang:fwd_occupancy", [["tp_rank", "0"]], None], ["sglang:num_running_reqs", [], 0.0]]
     assert snapshot_from_json(old).values == {("sglang:num_running_reqs", ()): 0.0}
+
+
+def test_the_recorded_server_info_says_speculation_is_off_and_a_draft_algorithm_says_on():
+    """The SGLang family reads speculative decoding from /server_info's `speculative_algorithm`
+    (null in the recording: off); the exactness check takes the answer from the family."""
+    from loadgate.exactness.check import speculation_declared
+
+    info = orjson.loads(fixture_file("sglang-cpu", "server_info.out").read_bytes())
+    assert FAMILIES["sglang"].speculation({"server_info": info}) == (False, "server_info speculative_algorithm = None")
+    assert speculation_declared({"engine": {"server_info": info}})[0] is False
+    on = {**info, "speculative_algorithm": "STANDALONE"}
+    assert speculation_declared({"engine": {"server_info": on}}) == (True, "server_info speculative_algorithm = 'STANDALONE'")
+    sim = {"server_info": {"sim": {"speculative": {"method": "ngram"}}, "speculative_algorithm": None}}
+    assert speculation_declared({"engine": sim}) == (True, "simulator speculative.method = 'ngram'")  # the simulator's own
+    assert speculation_declared({"engine": {"props": {}}})[0] is None
+    assert speculation_declared({"declared": {"speculative": "off"}, "engine": {"server_info": on}})[0] is False

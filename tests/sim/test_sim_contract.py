@@ -11,7 +11,10 @@ from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
-from test_sim_helpers import (
+
+from loadgate.config.simconfig import SpeculativeConfig
+from loadgate.sim.server import RunningSim
+from tests.sim.helpers import (
     assert_same_shape,
     fast_cfg,
     fixture_events,
@@ -22,9 +25,6 @@ from test_sim_helpers import (
     sse_payloads,
     vllm_fixture,
 )
-
-from loadgate.config.simconfig import SpeculativeConfig
-from loadgate.sim.server import RunningSim
 
 SPEC = SpeculativeConfig(method="ngram", k=4)
 CFG = fast_cfg(model="tiny", max_model_len=2048, speculative=SPEC)

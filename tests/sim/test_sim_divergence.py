@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from test_sim_helpers import completion_ids, fast_cfg, post_stream, serve, ulp
 
 from loadgate.config.simconfig import DivergenceConfig, SimConfig, SpeculativeConfig
 from loadgate.sim.model import SimModel
 from loadgate.sim.server import RunningSim
+from tests.sim.helpers import completion_ids, fast_cfg, post_stream, serve, ulp
 
 URL = "/v1/completions"
 N = 48

@@ -12,11 +12,11 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from test_sim_helpers import completion_ids, fast_cfg, post_json, post_stream, run, serve, sse_payloads
 
 from loadgate.config.simconfig import SimConfig
 from loadgate.sim.model import SimModel
 from loadgate.sim.server import RunningSim, running_sim
+from tests.sim.helpers import completion_ids, fast_cfg, post_json, post_stream, run, serve, sse_payloads
 
 URL = "/v1/completions"
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from test_sim_helpers import completion_ids, fast_cfg, serve, sse_payloads
 
 from loadgate.config.simconfig import FaultConfig
 from loadgate.sim.faults import plan_faults
 from loadgate.sim.server import RunningSim
+from tests.sim.helpers import completion_ids, fast_cfg, serve, sse_payloads
 
 URL = "/v1/completions"
 BODY = {"prompt": "fault injection", "max_tokens": 12, "temperature": 0, "ignore_eos": True, "stream": True,

@@ -8,12 +8,12 @@ import random
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sim_helpers import fast_cfg, ulp
 
 from loadgate.sim.divergence import jitter_ulps
 from loadgate.sim.model import WINDOW, SimModel, roll_hash
 from loadgate.sim.tokenizer import Tokenizer
 from loadgate.sim.vocab import build_vocab
+from tests.sim.helpers import fast_cfg, ulp
 
 TK = Tokenizer(4096)
 MODEL = SimModel(fast_cfg(), TK)

@@ -8,10 +8,10 @@ from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
-from test_sim_helpers import completion_ids, fast_cfg, post_stream, serve
 
 from loadgate.config.simconfig import SpeculativeConfig
 from loadgate.sim.server import RunningSim
+from tests.sim.helpers import completion_ids, fast_cfg, post_stream, serve
 
 URL = "/v1/completions"
 LENGTHS = (1, 2, 3, 7, 24, 40, 40, 64)

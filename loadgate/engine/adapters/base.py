@@ -245,7 +245,9 @@ class Family:
     `identifies(engine)` tells from a fingerprint's introspected part (`engine` of
     `gate.fingerprint.build`) whether the server is this family's; `seeds(engine)` states what it
     promises about per-request sampling seeds (the sampling contracts' report quotes it);
-    `context_length(engine)` the longest context one request may use, where it says."""
+    `context_length(engine)` the longest context one request may use, where it says;
+    `speculation(engine)` whether its introspection says speculative decoding is on, and where it
+    says so (None where it does not say)."""
 
     name: str  # as run folders write it (`engine` of the counters' acceptance)
     title: str  # as people write it
@@ -264,6 +266,7 @@ class Family:
     identifies: Callable[[dict[str, Any]], bool] = field(default=lambda engine: False)
     seeds: Callable[[dict[str, Any]], str] = field(default=lambda engine: "")
     context_length: Callable[[dict[str, Any]], int | None] = field(default=lambda engine: None)
+    speculation: Callable[[dict[str, Any]], tuple[bool, str] | None] = field(default=lambda engine: None)
 
     def metric_names(self) -> tuple[str, ...]:
         """Every metric name it declares (a snapshot holding one of them is this family's)."""

@@ -166,6 +166,15 @@ def _context_length(engine: dict[str, Any]) -> int | None:
     return models_context_length(engine) or (n if isinstance(n, int) and not isinstance(n, bool) else None)
 
 
+def _speculation(engine: dict[str, Any]) -> tuple[bool, str] | None:
+    """/server_info's `speculative_algorithm` (None or \"NONE\" when off)."""
+    info = engine.get("server_info") or {}
+    if "speculative_algorithm" not in info:
+        return None
+    alg = info["speculative_algorithm"]
+    return alg not in (None, "", "none", "NONE"), f"server_info speculative_algorithm = {alg!r}"
+
+
 SGLANG = Family(
     name="sglang", title="SGLang", metric_prefix="sglang:", precedence=90,
     gauges={"kv_cache_usage": ("sglang:token_usage",), "running": ("sglang:num_running_reqs",),
@@ -179,6 +188,7 @@ SGLANG = Family(
     identifies=lambda engine: bool(engine.get("server_info")),
     seeds=_seeds,
     context_length=_context_length,
+    speculation=_speculation,
 )
 
 

@@ -4,7 +4,19 @@ routes and vLLM's metric names (so its metrics read as the vLLM family's), and s
 
 from __future__ import annotations
 
+from typing import Any
+
 from loadgate.engine.adapters.base import Family, Introspection, models_context_length
+
+
+def _speculation(engine: dict[str, Any]) -> tuple[bool, str] | None:
+    """/server_info's `sim.speculative.method` (\"none\" when off)."""
+    spec = ((engine.get("server_info") or {}).get("sim") or {}).get("speculative")
+    if not isinstance(spec, dict):
+        return None
+    method = spec.get("method")
+    return method not in (None, "none"), f"simulator speculative.method = {method!r}"
+
 
 SIMULATOR = Family(
     name="sim", title="the simulator", metric_prefix="", precedence=0,
@@ -13,6 +25,7 @@ SIMULATOR = Family(
     identifies=lambda engine: "sim" in (engine.get("server_info") or {}),
     seeds=lambda engine: "the simulator takes a per-request seed",
     context_length=models_context_length,
+    speculation=_speculation,
 )
 
 

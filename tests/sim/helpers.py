@@ -1,4 +1,4 @@
-"""Shared helpers for the simulator tests (this module holds no tests).
+"""Shared helpers for the simulator tests (a helper module: no tests, so not named test_*).
 
 `fast_cfg` gives a SimConfig whose steps cost nothing (the engine only yields to the event loop
 between steps), `serve` runs test code against an in-process simulator, `post_stream` collects a
