@@ -7,19 +7,23 @@ an old run with the engine long gone. Nothing here reads live state.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.specdec import contamination, from_counters, from_records, prefix_cache, reconcile
 from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warnings
 from loadgate.config.profile import HealthBudgets
 from loadgate.core.figures import figure
+from loadgate.documents import ABSENT, DocumentError, HealthPhase, ServerLevel
 from loadgate.engine.adapters import family_for
 from loadgate.jsonutil import load_json
 from loadgate.records import Damage, Record, read_records
 from loadgate.snapshot import snapshot_from_json
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,7 @@ class LevelSummary:
                    ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"))
 
 
-def level_summary(records: list[Record], server: dict[str, Any] | None, health: list[dict[str, Any]],
+def level_summary(records: list[Record], server: ServerLevel | None, health: list[HealthPhase],
                   profile: dict[str, Any], cpus: dict[str, Any] | None = None) -> LevelSummary:
     s = summarize(records)
     tc = token_check(records, profile["workload"]["token_mismatch_limit"])
@@ -189,14 +193,15 @@ def level_summary(records: list[Record], server: dict[str, Any] | None, health: 
     acceptance = Acceptance(per_request)
     contaminated = gauges = cached = None
     invalid: list[str] = []
-    if server and server.get("before") is not None and server.get("after") is not None:
-        before, after = snapshot_from_json(server["before"]), snapshot_from_json(server["after"])
+    if server is not None and server.before is not None and server.after is not None:
+        before, after = snapshot_from_json(server.before), snapshot_from_json(server.after)
         family = family_for((profile.get("target") or {}).get("api"), after)
         counters = from_counters(before, after, family)
         acceptance = Acceptance(per_request, counters, reconcile(per_request, counters))
         contaminated = contamination(before, after, records, family)
         cached = prefix_cache(before, after, family)
-        gauges = server.get("gauges")
+        gauges = None if server.gauges is None else {
+            k: None if g is None else g.to_json() for k, g in server.gauges.items()}
         if contaminated and not contaminated["clean"]:
             invalid += ["contamination: " + p + " (other traffic reached the server, or it counts differently)"
                         for p in contaminated["problems"]]
@@ -218,26 +223,39 @@ def level_summary(records: list[Record], server: dict[str, Any] | None, health: 
                         sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached)
 
 
-def merge_health(parts: list[dict[str, Any]], schedule: dict[str, float | None] | None = None) -> ClientHealth:
-    """Worst case over worker processes (each measured its own loop)."""
-    parts = [p for p in parts if p]
+def merge_health(parts: list[HealthPhase], schedule: dict[str, float | None] | None = None) -> ClientHealth:
+    """Worst case over worker processes (each measured its own loop); a worker that had no share
+    of the phase (an empty entry) is left out."""
+    parts = [p for p in parts if p.to_json()]
     if not parts:
         return ClientHealth({"p50": None, "p99": None, "max": None, "samples": 0}, 0, 0.0, 0.0, None, 0, schedule_lag_ms=schedule)
 
-    def worst(get: Any) -> Any:
-        vals = [v for p in parts if (v := get(p)) is not None]
+    def values(get: Callable[[HealthPhase], Any]) -> list[Any]:
+        return [v for p in parts if (v := get(p)) is not None and v is not ABSENT]
+
+    def worst(get: Callable[[HealthPhase], Any]) -> Any:
+        vals = values(get)
         return max(vals) if vals else None
 
-    def total(key: str) -> float | None:
-        vals = [p[key] for p in parts if p.get(key) is not None]
+    def total(get: Callable[[HealthPhase], Any]) -> Any:
+        vals = values(get)
         return sum(vals) if vals else None
 
-    return ClientHealth({k: worst(lambda p, k=k: p["loop_lag_ms"][k]) for k in ("p50", "p99", "max")}
-                        | {"samples": sum(p["loop_lag_ms"]["samples"] for p in parts)},
-                        sum(p["gc_pauses"] for p in parts), worst(lambda p: p["gc_pause_max_ms"]),
-                        sum(p["gc_pause_total_ms"] for p in parts), worst(lambda p: p["client_cpu_fraction"]),
-                        len(parts), cpu_s=total("cpu_s"), decode_cpu_s=total("decode_cpu_s"),
-                        schedule_lag_ms=schedule, host_steal_fraction=worst(lambda p: p.get("host_steal_fraction")))
+    lags = [p.loop_lag_ms if isinstance(p.loop_lag_ms, dict) else {} for p in parts]
+    return ClientHealth(_worst_lags(lags) | {"samples": sum(int(lag.get("samples") or 0) for lag in lags)},
+                        sum(values(lambda p: p.gc_pauses)), worst(lambda p: p.gc_pause_max_ms),
+                        sum(values(lambda p: p.gc_pause_total_ms)), worst(lambda p: p.client_cpu_fraction),
+                        len(parts), cpu_s=total(lambda p: p.cpu_s), decode_cpu_s=total(lambda p: p.decode_cpu_s),
+                        schedule_lag_ms=schedule, host_steal_fraction=worst(lambda p: p.host_steal_fraction))
+
+
+def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
+    """The worst p50, p99 and max loop lag over the workers' (None where none measured one)."""
+    out: dict[str, float | None] = {}
+    for k in ("p50", "p99", "max"):
+        vals = [v for lag in lags if (v := lag.get(k)) is not None]
+        out[k] = max(vals) if vals else None
+    return out
 
 
 SUMMARY_VERSION = 5
@@ -301,12 +319,34 @@ class Summary:
                    d.get("damage"), bool(d.get("interrupted")), bool(d.get("tls_insecure")))
 
 
+def _listed(d: Any, where: str) -> list[Any]:
+    if not isinstance(d, list):
+        raise DocumentError(f"{where}: expected a JSON array, got {type(d).__name__}")
+    return d
+
+
+def _levels(path: Path, read: Callable[[Any, str], T]) -> dict[str, T]:
+    """A per-level document (server.json, health.json) read into its types; {} when the run
+    wrote none; a DocumentError naming the file and the place when it does not have its shape
+    (`report.views.read_summary` says the folder is not a complete run folder)."""
+    if not path.exists():
+        return {}
+    doc = load_json(path)
+    try:
+        if not isinstance(doc, dict):
+            raise DocumentError(f"expected a JSON object, got {type(doc).__name__}")
+        return {str(lv): read(d, f"level {lv}") for lv, d in doc.items()}
+    except DocumentError as e:
+        raise DocumentError(f"{path.name}: {e}") from None
+
+
 def build_summary(run_dir: Path, extra: list[Record] | None = None) -> Summary:
     """The summary of a run folder from its files. `extra`: records of a run that did not finish,
     recovered from elsewhere (its exchange logs): added where records.jsonl does not hold them."""
     meta = load_json(run_dir / "meta.json")
-    server = load_json(run_dir / "server.json") if (run_dir / "server.json").exists() else {}
-    health = load_json(run_dir / "health.json") if (run_dir / "health.json").exists() else {}
+    server = _levels(run_dir / "server.json", ServerLevel.from_json)
+    health = _levels(run_dir / "health.json", lambda d, where: [
+        HealthPhase.from_json(h, f"{where}[{i}]") for i, h in enumerate(_listed(d, where))])
     by_level: dict[str, list[Record]] = {str(lv): [] for lv in meta["levels"]}
     damage = Damage()
     seen = set()
