@@ -44,6 +44,7 @@ class HostileServer:
         self.behaviour = behaviour
         self.connections = 0
         self.posted = threading.Event()
+        self.writers: set[asyncio.StreamWriter] = set()
         self.loop = asyncio.new_event_loop()
         self.server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
         self.port = self.server.sockets[0].getsockname()[1]
@@ -52,6 +53,7 @@ class HostileServer:
         self.thread.start()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.add(writer)
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError, OSError):
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -73,11 +75,21 @@ class HostileServer:
 
     def close(self) -> None:
         async def shutdown() -> None:
+            # Stop accepting; let a handler whose connection was just accepted take its first step
+            # (so it registers its writer); drop every connection still open, then end the
+            # handlers; and give the transports' close callbacks their turn before the loop stops
+            # (else a busy machine leaves one for the garbage collector: a ResourceWarning in
+            # whichever test runs next).
             self.server.close()
+            await asyncio.sleep(0)
+            for w in list(self.writers):
+                w.transport.abort()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for _ in range(3):
+                await asyncio.sleep(0)
 
         asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
