@@ -6,7 +6,8 @@
 # ggml's sources (ggml/src/: the matrix kernels that do a model's arithmetic) compile as cmake says
 # (-O3). Everything else (llama's model and server code, the HTTP and JSON libraries: four fifths
 # of the compile time, header parsing and template instantiation, little of the run time on our
-# tiny models) compiles at $LLAMA_CC_OPT (default -O1), which compiles C++ about 40 % faster.
+# tiny models) compiles at $LLAMA_CC_OPT (default -O1): measured on 2 cores, the whole build took
+# 1,176 task-seconds instead of 1,717 at -O3 (one large file, common/arg.cpp: 22 s instead of 36).
 # ccache, when it is on PATH, wraps the compiler (cmake's own ccache switch is off when a
 # launcher is set).
 set -euo pipefail

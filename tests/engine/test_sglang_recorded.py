@@ -129,3 +129,12 @@ def test_the_recorded_server_info_says_speculation_is_off_and_a_draft_algorithm_
     assert speculation_declared({"engine": sim}) == (True, "simulator speculative.method = 'ngram'")  # the simulator's own
     assert speculation_declared({"engine": {"props": {}}})[0] is None
     assert speculation_declared({"declared": {"speculative": "off"}, "engine": {"server_info": on}})[0] is False
+
+
+def test_a_server_info_of_another_shape_says_nothing_about_speculation():
+    """Whatever a server sent as /server_info (a string naming the key, a list naming the
+    simulator, a number) leaves the question open instead of raising."""
+    from loadgate.exactness.check import speculation_declared
+
+    for info in ("speculative_algorithm", ["sim"], 7, {"sim": "x"}, {"sim": {"speculative": [1]}}):
+        assert speculation_declared({"engine": {"server_info": info}})[0] is None, info

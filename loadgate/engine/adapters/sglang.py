@@ -168,8 +168,8 @@ def _context_length(engine: dict[str, Any]) -> int | None:
 
 def _speculation(engine: dict[str, Any]) -> tuple[bool, str] | None:
     """/server_info's `speculative_algorithm` (None or \"NONE\" when off)."""
-    info = engine.get("server_info") or {}
-    if "speculative_algorithm" not in info:
+    info = engine.get("server_info")
+    if not isinstance(info, dict) or "speculative_algorithm" not in info:  # a server may send anything
         return None
     alg = info["speculative_algorithm"]
     return alg not in (None, "", "none", "NONE"), f"server_info speculative_algorithm = {alg!r}"

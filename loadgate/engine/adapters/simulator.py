@@ -11,7 +11,9 @@ from loadgate.engine.adapters.base import Family, Introspection, models_context_
 
 def _speculation(engine: dict[str, Any]) -> tuple[bool, str] | None:
     """/server_info's `sim.speculative.method` (\"none\" when off)."""
-    spec = ((engine.get("server_info") or {}).get("sim") or {}).get("speculative")
+    info = engine.get("server_info")
+    sim = info.get("sim") if isinstance(info, dict) else None  # a server may send anything
+    spec = sim.get("speculative") if isinstance(sim, dict) else None
     if not isinstance(spec, dict):
         return None
     method = spec.get("method")
@@ -22,7 +24,7 @@ SIMULATOR = Family(
     name="sim", title="the simulator", metric_prefix="", precedence=0,
     introspection=(Introspection("server_info", ("/server_info",), order=2),),
     reset_routes=("/reset_prefix_cache",),
-    identifies=lambda engine: "sim" in (engine.get("server_info") or {}),
+    identifies=lambda engine: isinstance(info := engine.get("server_info"), dict) and "sim" in info,
     seeds=lambda engine: "the simulator takes a per-request seed",
     context_length=models_context_length,
     speculation=_speculation,

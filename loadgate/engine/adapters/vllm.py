@@ -9,8 +9,8 @@ from loadgate.engine.adapters.base import Family, Introspection, SpecCounters, m
 
 
 def _identifies(engine: dict[str, Any]) -> bool:
-    info = engine.get("server_info") or {}
-    return "vllm_config" in info or any(str(k).startswith("vllm:") for k in engine.get("metrics_labels") or {})
+    info = engine.get("server_info")
+    return (isinstance(info, dict) and "vllm_config" in info) or any(str(k).startswith("vllm:") for k in engine.get("metrics_labels") or {})
 
 
 VLLM = Family(
