@@ -281,19 +281,30 @@ def _sampling_check(servers, variant, sampling_baseline, sampling_work, profile_
     return {"code": code, "report": ex}
 
 
-def test_vllm_with_ngram_speculation_does_not_replay_every_seeded_sampled_request(
+def test_vllm_with_ngram_speculation_seeded_replay_verdict_follows_what_the_sends_gave(
         servers, sampling_baseline, sampling_work, profile_factory, engine_logs):
     """ngram speculation at temperature 0.8, the two repetitive cases sent 40 times each with their
-    seed, one at a time: loop-abc (where ngram drafts) gives two outputs, parting at token 12
-    (measured: 1 send in 2 to 1 in 10 differs, so 40 sends agree with probability under 2 %),
-    while the control without speculation above replays every send. vLLM takes per-request
-    seeds but does not promise reproducible online serving; the gate says where it failed."""
+    seed, one at a time. vLLM takes per-request seeds but does not promise reproducible online
+    serving under speculation: earlier runs saw loop-abc (where ngram drafts) part at token 12 in
+    1 send of 2 to 1 of 10, while two later runs (one in CI) saw all 40 sends agree. So the engine's
+    behaviour is not asserted, the gate's handling of it is, either way: a failed replay is exit 10
+    with the case and a first divergence past the first token (the seed fixes the first draw), a
+    kept one exit 0; no send failed, and the report states vLLM's seed claim. Detection itself is
+    proven on the simulator's ground truth (tests/e2e/test_sampling.py: an engine that ignores
+    seeds fails)."""
     run = _sampling_check(servers, "ngram", sampling_baseline, sampling_work, profile_factory, engine_logs,
                           distribution_preserving=False, replays=40, replay_cases=2)
     sr = run["report"]["sampling"]["seeded_replay"]
-    assert run["code"] == 10 and not sr["passed"] and sr["cases"] == 2, sr
-    assert "loop-abc" in [d["case"] for d in sr["differ"]] and all(d["first_divergence"] > 0 for d in sr["differ"]), sr
+    assert sr["cases"] == 2 and sr["replays"] == 40 and sr["failed_requests"] == [], sr
     assert sr["engine_seeds"] == "vLLM takes a per-request seed"
+    if sr["passed"]:
+        assert run["code"] == 0 and sr["differ"] == [], sr
+    else:
+        assert run["code"] == 10 and sr["differ"], sr
+        assert {d["case"] for d in sr["differ"]} <= {"loop-abc", "loop-count"}, sr
+        assert all(d["first_divergence"] > 0 and 1 <= d["differing_sends"] <= 39 and d["versions"] >= 2
+                   for d in sr["differ"]), sr
+        assert any(r.startswith("seeded-replay: ") for r in run["report"]["reasons"]), run["report"]["reasons"]
 
 
 @pytest.mark.parametrize("variant", ["ngram", "draft"])
