@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -274,13 +273,18 @@ def until_served(run: Path, n: int, timeout_s: float = 90) -> str:
 
 @pytest.mark.parametrize("sig,workers", [(signal.SIGTERM, 2), (signal.SIGINT, 1)])
 def test_a_signal_mid_run_leaves_no_child_process_and_a_summary_marked_interrupted(tmp_path, sig, workers):
-    configs_before = set(Path(tempfile.gettempdir()).glob("loadgate-sim-*.yaml"))
     p = loadgate_proc("run", "-q", "--unverified", str(sim_profile(tmp_path, workers=workers, warmup=8)))
     me = psutil.Process(p.pid)
     try:
         until_served(tmp_path / "out" / "r", 8 + 8)  # the warmup and some measured requests
         children = me.children(recursive=True)
         assert len(children) >= 1 + (workers if workers > 1 else 0), children  # the simulator (+ workers)
+        # this run's simulator, and its config file when it was started with one (`--config PATH`;
+        # the early start reads the profile itself); other tests' simulators come and go meanwhile
+        sims = [c.cmdline() for c in children if "loadgate.sim" in c.cmdline()]
+        assert len(sims) == 1, sims
+        configs = [Path(a[a.index("--config") + 1]) for a in sims if "--config" in a]
+        assert all(c.exists() for c in configs), configs
         p.send_signal(sig)
         p.wait(30)
     finally:
@@ -292,9 +296,7 @@ def test_a_signal_mid_run_leaves_no_child_process_and_a_summary_marked_interrupt
     s = load_json(tmp_path / "out" / "r" / "summary.json")
     assert s["interrupted"] is True and 0 < s["levels"]["4"]["requests"] < 3000
     assert not list((tmp_path / "out" / "r").glob(".part-*"))
-    # the simulator's config file is removed with it (other tests' simulators may come and go meanwhile)
-    assert not {c for c in set(Path(tempfile.gettempdir()).glob("loadgate-sim-*.yaml")) - configs_before
-                if c.stat().st_mtime < time.time() - 1}
+    assert not [c for c in configs if c.exists()]  # the simulator's config file is removed with it
     assert main(["report", str(tmp_path / "out" / "r")]) == 128 + sig
 
 

@@ -111,5 +111,7 @@ def test_sim_process_serves_from_a_child_process_and_stops() -> None:
         assert [r["request_id"] for r in recs] == ["c-1"]
         sim.reset_truth()
         assert sim.truth_records() == []
-        proc = sim._proc
+        proc, cfg_file = sim._proc, sim._cfg_file
+        assert cfg_file is not None and Path(cfg_file).exists()
     assert proc is not None and proc.poll() is not None
+    assert not Path(cfg_file).exists()  # its config file goes with it
