@@ -59,12 +59,11 @@ def progress_bar(show: bool) -> ProgressFactory:
 
 def validate(profile: str) -> None:
     from loadgate.config.profile import load_profile
-    from loadgate.load.plan import trace_of
+    from loadgate.load.plan import check_source
 
     p = load_profile(profile)
     p.check_files()
-    if p.workload.trace is not None:
-        trace_of(p)
+    check_source(p)
     say(f"{profile}: valid profile {p.name!r}")
     for line in _sampling_power_lines(p):
         say(line)

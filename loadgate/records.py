@@ -6,8 +6,8 @@ run. All times are integer nanoseconds of `time.perf_counter_ns()` relative to t
 `t0_ns` (kept in `meta.json`). In memory a record is a `Record`; on disk it is that dataclass's
 fields as JSON, in order.
 
-Schema version 5 — fields of one record:
-  v                  schema version (5)
+Schema version 6 — fields of one record:
+  v                  schema version (6)
   i                  index in the request plan (warmup requests first)
   warmup             true for warmup requests (excluded from every figure)
   level              the load level this request belongs to: concurrency (closed loop) or rate
@@ -54,12 +54,14 @@ Schema version 5 — fields of one record:
                      (prompt_tokens, completion_tokens), as received; the record's own count then
                      comes from the output ids where the stream had them, else it is null and
                      the request unverified (new in v5)
+  category           the request's group (a dataset row's category field) or null (new in v6)
 
+Version 5 had the same fields less `category` (read as null).
 Version 4 had the same fields less `counts_received` (read as null).
 Version 3 had the same fields less `chunk_busy` (read as null: the cause is unknown).
 Version 2 had the same fields as 3 less `chunk_early_ns` and the limit error kinds (read as no bound).
 Version 1 as version 2, except that `new_connection` was absent from files written before it was
-added (read as null). `read_records` reads all five.
+added (read as null). `read_records` reads all six.
 """
 
 from __future__ import annotations
@@ -76,8 +78,8 @@ import orjson
 from loadgate.errors import ResultsNotWritten, UsageError
 from loadgate.secrets import redact_bytes
 
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 
 # The host took at most this share of the machine's CPU time during a phase (health.json's
@@ -131,6 +133,7 @@ class Record:
     new_connection: bool | None = None
     spec: SpecStats | None = None
     counts_received: dict[str, Any] | None = None  # impossible server counts, as received (new in v5)
+    category: str | None = None  # the request's group (new in v6)
 
     @property
     def succeeded(self) -> bool:
@@ -152,7 +155,7 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
-        """A record from its JSON object (schema v1 to v5); KeyError/TypeError on a wrong shape."""
+        """A record from its JSON object (schema v1 to v6); KeyError/TypeError on a wrong shape."""
         err, spec = d.get("error"), d.get("spec")
         fields = {k: d[k] for k in _FIELDS if k in d}
         fields["v"] = SCHEMA_VERSION
@@ -190,6 +193,8 @@ def _check_types(f: dict[str, Any]) -> None:
         bad.append("chunk_early_ns (not one per chunk)")
     if f.get("counts_received") is not None and not isinstance(f["counts_received"], dict):
         bad.append("counts_received")
+    if f.get("category") is not None and not isinstance(f["category"], str):
+        bad.append("category")
     if not bad and any(not 0 <= j < len(f.get("chunk_ns", [])) for j in f.get("chunk_busy") or []):
         bad.append("chunk_busy (an index past the chunks)")
     if bad:

@@ -48,8 +48,9 @@ from loadgate.gate.fingerprint import diff, fingerprint_hash
 from loadgate.jsonutil import dump_json
 from loadgate.load.executors import NEVER, StopFlag
 from loadgate.load.levels import levels, run_levels
-from loadgate.load.plan import build_plan, trace_of
+from loadgate.load.plan import build_plan, check_source
 from loadgate.load.target import target_spec
+from loadgate.load.workload.dataset import Prepared, counter_for, open_rows, prepare
 from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.net.connect import Engine, open_engine, run_async
 from loadgate.records import RecordWriter
@@ -146,14 +147,19 @@ def finished(run_dir: Path) -> RunResult:
 
 # --- the performance phase ----------------------------------------------------------------------
 
-Tokens = tuple[TokenPool, int | None]
+Tokens = tuple[TokenPool, int | None, Prepared | None]
 
 
 async def prepare_tokens(profile: Profile, e: Engine) -> Tokens:
-    """The token pool and the chat template's token count, from `workload.tokenizer`; done before
-    the exactness check so that a missing source fails in a second, not after the check."""
-    return await token_pool(profile.workload.tokenizer, profile.resolve, e.session, e.base, e.model,
-                            profile.target.api, is_chat(profile.target.api))
+    """The token pool, the chat template's token count (from `workload.tokenizer`) and a dataset's
+    requests, counted by that source; done before the exactness check so that a missing source or
+    a dataset that filters to nothing fails in seconds, not after the check."""
+    tp, overhead = await token_pool(profile.workload.tokenizer, profile.resolve, e.session, e.base, e.model,
+                                    profile.target.api, is_chat(profile.target.api))
+    rows = open_rows(profile)
+    if rows is None:
+        return tp, overhead, None
+    return tp, overhead, await prepare(profile, rows, counter_for(profile, e.session, e.base, e.model))
 
 
 ROUNDS_PER_PAIR = 1000  # A/B pair i's levels are rounds i * 1000 + level index (see load.plan)
@@ -169,10 +175,10 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     await policy.admit(token, e)
     profile = e.profile
     chat = is_chat(profile.target.api)
-    tp, overhead = tokens
+    tp, overhead, dataset = tokens
     need_text = chat or not tp.exact
     pool = list(tp.ids)
-    plan = build_plan(profile, pool, round_base)
+    plan = build_plan(profile, pool, round_base, dataset)
     spec = target_spec(profile, e.settings, e.base, e.model, timeout_s=profile.target.timeout_s,
                        stream=profile.load.stream, pool_text=tp.text if need_text else None,
                        prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport)
@@ -184,6 +190,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
         "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
         "levels": [x.level for x in lv], "prompt_rounds": [(round_base + k) * (profile.workload.cache == "fresh") for k in range(len(lv))],
         "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
+        "dataset": None if dataset is None else dataset.meta,
         "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
         "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure,
         "cpus": {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}, **(extra_meta or {})})
@@ -338,8 +345,7 @@ def _preflight(profile: Profile, unverified: bool) -> None:
             f"{profile.path or 'profile'}: no `exactness` section, so no speed can be reported for this "
             "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
     profile.check_files(("target", "workload") if unverified else ("target", "workload", "exactness"))
-    if profile.workload.trace is not None:
-        trace_of(profile)  # every line, before the exactness check
+    check_source(profile)  # every line or row of a trace or dataset, before the exactness check
 
 
 def salted(profile: Profile) -> Profile:

@@ -81,6 +81,63 @@ class SharedPrefix:
     prefix_len: int = knob(256, "tokens in each shared prefix", min=1)
 
 
+DATASET_FORMATS = ("auto", "sharegpt", "jsonl", "parquet", "arrow", "trace")
+
+
+@dataclass(frozen=True)
+class DatasetFields:
+    """Which of a row's fields (JSON keys, parquet or Arrow columns) hold what; unset: the usual name
+    when the row has it (`docs/workloads.md` lists them per format)."""
+
+    prompt: str | None = knob(None, "the prompt text (default: prompt, else text, else instruction)")
+    messages: str | None = knob(None, "OpenAI chat messages, a list of {role, content} (default: messages)")
+    conversations: str | None = knob(
+        None, "ShareGPT turns, a list of {from, value} (default: conversations): the first human turn is the "
+        "prompt, the next gpt turn the reply")
+    completion: str | None = knob(
+        None, "the reply text, which gives the output length (default: completion, else response, else output)")
+    category: str | None = knob(None, "the request's group in every figure by category (default: category)")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Prompts from a file: ShareGPT JSON, JSONL (chat messages, prompt/completion, or a trace of lengths
+    and ids), or Hugging Face dataset files (parquet; an Arrow folder as `datasets.save_to_disk` writes it)."""
+
+    path: str = knob("", "the file (an Arrow dataset: its folder), relative to the profile")
+    format: Literal["auto", "sharegpt", "jsonl", "parquet", "arrow", "trace"] = knob(
+        "auto", "auto: by the name (.json sharegpt, .jsonl jsonl or trace by its first line, .parquet, a folder "
+        "with state.json arrow)")
+    fields: DatasetFields = field(default_factory=DatasetFields, metadata={"help": "the row's field names"})
+    lengths: Literal["dataset", "profile"] = knob(
+        "dataset", "dataset: prompts as written, output lengths from each row's reply (rows without one: "
+        "workload.output_len); profile: prompts cut or extended (by repeating their own text) to "
+        "workload.input_len and outputs to workload.output_len")
+    order: Literal["shuffle", "file"] = knob(
+        "shuffle", "shuffle: rows drawn with the seed, without replacement while rows last; file: in file order")
+    min_input_len: int | None = knob(None, "skip rows whose prompt has fewer tokens", min=1)
+    max_input_len: int | None = knob(None, "skip rows whose prompt has more tokens", min=1)
+    min_output_len: int | None = knob(None, "skip rows whose reply has fewer tokens", min=1)
+    max_output_len: int | None = knob(None, "skip rows whose reply has more tokens", min=1)
+
+    @property
+    def filters(self) -> dict[str, int]:
+        """The length filters set, by key."""
+        return {k: v for k in ("min_input_len", "max_input_len", "min_output_len", "max_output_len")
+                if (v := getattr(self, k)) is not None}
+
+    def check(self) -> list[tuple[str, str]]:
+        if not self.path:
+            return [("path", "required: the dataset file (or Arrow folder)")]
+        for lo, hi in (("min_input_len", "max_input_len"), ("min_output_len", "max_output_len")):
+            a, b = getattr(self, lo), getattr(self, hi)
+            if a is not None and b is not None and a > b:
+                return [(hi, f"must be >= {lo} ({a}), got {b}")]
+        if self.format == "trace" and (self.filters or self.lengths != "dataset"):
+            return [("format", "a trace sets its own lengths: no length filters, lengths: dataset")]
+        return []
+
+
 @dataclass(frozen=True)
 class ResponseLimits:
     """What the client accepts from a server, whatever it sends; a response over a limit ends
@@ -165,8 +222,10 @@ class Workload:
                                     metadata={"help": "prompt length in tokens"})
     output_len: Distribution = field(default_factory=lambda: Distribution(dist="fixed", value=128),
                                      metadata={"help": "output length in tokens (sent with ignore_eos)"})
+    dataset: Dataset | None = knob(None, "prompts from a dataset file instead of drawn token ids "
+                                   "(docs/workloads.md); rows repeat when `requests` exceeds them")
     trace: str | None = knob(None, "JSONL trace to replay instead of the distributions (relative to "
-                             "the profile); lines repeat when `requests` exceeds them")
+                             "the profile); the same as dataset: {path: ..., format: trace}")
     tokenizer: str = knob(
         "server", "where prompt token ids come from: 'server' (the engine's /tokenize), a local Hugging Face "
         "tokenizer (PATH of a model folder or its tokenizer.json, relative to the profile; its chat template "
@@ -185,6 +244,28 @@ class Workload:
     token_mismatch_limit: float = knob(
         0.0, "largest fraction of requests whose prompt or completion token count may differ "
         "from the plan before the run is invalid", min=0.0, max=1.0)
+
+    def check(self) -> list[tuple[str, str]]:
+        if self.trace is not None and self.dataset is not None:
+            return [("trace", "give either trace or dataset (a trace is dataset: {path: ..., format: trace})")]
+        d = self.dataset
+        if d is not None and self.tokenizer == "none":
+            if d.filters:
+                return [(f"dataset.{next(iter(d.filters))}", "length filters count tokens: needs workload.tokenizer "
+                         "server or a local tokenizer (not none)")]
+            if d.lengths == "profile":
+                return [("dataset.lengths", "shaping prompts to workload.input_len counts tokens: needs "
+                         "workload.tokenizer server or a local tokenizer (not none)")]
+        if d is not None and d.format != "trace" and self.shared_prefix is not None:
+            return [("shared_prefix", "prompts come from the dataset, which has its own (no shared_prefix)")]
+        return []
+
+    @property
+    def source(self) -> Dataset | None:
+        """The dataset the requests come from: `dataset`, or `trace` read as a dataset of format trace."""
+        if self.trace is not None:
+            return Dataset(path=self.trace, format="trace")
+        return self.dataset
 
 
 @dataclass(frozen=True)
@@ -426,7 +507,8 @@ class Profile:
         w, ex, tls = self.workload, self.exactness, self.target.tls
         out = [(k, v) for k, v in (("target.tls.ca_file", tls.ca_file), ("target.tls.client_cert", tls.client_cert),
                                    ("target.tls.client_key", tls.client_key)) if v]
-        out += [(k, v) for k, v in (("workload.tokenizer", self.tokenizer_path), ("workload.trace", w.trace)) if v]
+        out += [(k, v) for k, v in (("workload.tokenizer", self.tokenizer_path), ("workload.trace", w.trace),
+                                    ("workload.dataset.path", w.dataset.path if w.dataset else None)) if v]
         out += _dist_files("workload.input_len", w.input_len) + _dist_files("workload.output_len", w.output_len)
         if ex is not None:
             if ex.corpus:
@@ -449,7 +531,8 @@ class Profile:
                 continue
             p = self.resolve(value)
             try:
-                if p.is_file() or (key == "workload.tokenizer" and (p / "tokenizer.json").is_file()):
+                if p.is_file() or (key == "workload.tokenizer" and (p / "tokenizer.json").is_file()) \
+                        or (key == "workload.dataset.path" and p.is_dir()):  # an Arrow dataset's folder
                     continue
                 why = ("is a directory without tokenizer.json" if key == "workload.tokenizer" else
                        "is a directory, expected a file") if p.is_dir() else "file not found"

@@ -64,6 +64,8 @@ class Exchange:
     ready_ns: int
     intended_ns: int | None
     raw: Raw
+    counted: bool = False  # prompt_len is the whole count the server reports (a dataset prompt's)
+    category: str | None = None
 
 
 def _frame(header: dict[str, Any], payload: bytes) -> bytes:
@@ -78,7 +80,7 @@ def encode(x: Exchange) -> bytes:
     reads = raw.socket_reads if raw.socket_reads is not None else raw.reads
     header = {
         "i": x.i, "w": x.warmup, "pl": x.prompt_len, "ol": x.output_len, "t0": x.t0_ns, "lv": x.level,
-        "rd": x.ready_ns, "in": x.intended_ns,
+        "rd": x.ready_ns, "in": x.intended_ns, "pc": x.counted, "cg": x.category,
         "st": raw.start_ns, "hd": raw.headers_ns, "en": raw.end_ns, "ss": raw.status,
         "er": None if raw.error is None else [raw.error.kind, raw.error.detail],
         "sk": socket, "ts": [t for t, _ in reads], "ln": [len(b) for _, b in reads],
@@ -105,7 +107,8 @@ def _exchange(h: dict[str, Any], payload: bytes) -> Exchange:
     else:
         raw.reads = reads
         raw.prev_read_of = {int(t): int(f) for t, f in h.get("pr") or []}
-    return Exchange(h["i"], h["w"], h["pl"], h["ol"], h["t0"], h["lv"], h["rd"], h["in"], raw)
+    return Exchange(h["i"], h["w"], h["pl"], h["ol"], h["t0"], h["lv"], h["rd"], h["in"], raw,
+                    bool(h.get("pc", False)), h.get("cg"))
 
 
 class ExchangeLog:

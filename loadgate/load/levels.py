@@ -67,13 +67,13 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             break
         round_ = round_base + index
         if profile.workload.cache == "fresh" and round_ != plan.round:  # (warm: one plan for all)
-            plan = build_plan(profile, pool, round_)
+            plan = build_plan(profile, pool, round_, plan.dataset)
         reset = await empty_prefix_cache(e.session, e.base, profile.target.api) if load.reset_prefix_cache else None
         tag = f"{run_tag}-L{level}"
         # warmup and measurement share the connections (the warmup opens them), in this process
         # or in worker processes kept for the level
         runner = LiveTarget(spec, e.session) if load.workers == 1 else \
-            WorkerGroup(spec, profile, pool, load.workers, workers_dir, stop, round_=round_)
+            WorkerGroup(spec, profile, pool, load.workers, workers_dir, stop, round_=round_, dataset=plan.dataset)
         try:
             if plan.n_warmup:
                 await _phase(plan, Phase(plan.warmup_requests(), loop, tag + "w", t0_ns, warmup=True),

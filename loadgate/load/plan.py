@@ -25,10 +25,13 @@ import orjson
 from loadgate.config.profile import Load, Profile, Workload
 from loadgate.engine.adapters import is_chat
 from loadgate.errors import UsageError
+from loadgate.load.workload.dataset import has_trace, open_rows
 from loadgate.load.workload.lengths import draw_lengths
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from loadgate.load.workload.dataset import Prepared
 
 _WARMUP_SEED_SALT = 0x5EED_0001
 _MEASURED_SALT = 0x5EED_0000
@@ -36,7 +39,9 @@ _MEASURED_SALT = 0x5EED_0000
 
 @dataclass(frozen=True, slots=True)
 class PlannedRequest:
-    """One request. The prompt is token ids (exact length) unless a trace gave text or messages."""
+    """One request. The prompt is token ids (exact length) unless a trace or dataset gave text or
+    messages. `counted_len`: a dataset prompt's whole token count by the tokenizer source (a chat
+    prompt's with its template), what the server should report."""
 
     i: int
     warmup: bool
@@ -45,10 +50,14 @@ class PlannedRequest:
     intended_offset_ns: int | None = None  # open loop: offset from the measured phase's start
     prompt_text: str | None = None
     messages: tuple[dict[str, Any], ...] | None = None
+    counted_len: int | None = None
+    category: str | None = None
 
     @property
     def prompt_len(self) -> int | None:
-        """Planned prompt tokens when known (ids, or a trace's `input_len`)."""
+        """Planned prompt tokens when known (ids, a trace's `input_len`, a dataset's count)."""
+        if self.counted_len is not None:
+            return self.counted_len
         return None if self.prompt_ids is None else len(self.prompt_ids)
 
 
@@ -207,8 +216,8 @@ def trace_of(profile: Profile, pool: np.ndarray | None = None) -> _TraceRequests
     import numpy as np
 
     w = profile.workload
-    assert w.trace is not None
-    t = _TraceRequests(profile.resolve(w.trace), w.requests, profile.seed,
+    assert w.source is not None
+    t = _TraceRequests(profile.resolve(w.source.path), w.requests, profile.seed,
                        np.zeros(1, dtype=np.int64) if pool is None else pool)
     if t.first_ids_line is not None and is_chat(profile.target.api):
         raise UsageError(f"{t.first_ids_line}: prompt_ids cannot be sent to target.api {profile.target.api!r}, "
@@ -216,11 +225,22 @@ def trace_of(profile: Profile, pool: np.ndarray | None = None) -> _TraceRequests
     return t
 
 
+def check_source(profile: Profile) -> None:
+    """Every line of the profile's trace, or row of its dataset (UsageError at the first bad one)."""
+    if profile.workload.source is None:
+        return
+    if has_trace(profile):
+        trace_of(profile)
+    else:
+        open_rows(profile)
+
+
 class Plan(Sequence[PlannedRequest]):
     """Warmup requests first (i = 0..W-1), then the measured ones. A lazy, immutable sequence:
     `plan[i]` builds request i on demand, identically every time."""
 
-    def __init__(self, profile: Profile, token_pool: Sequence[int], round_: int = 0) -> None:
+    def __init__(self, profile: Profile, token_pool: Sequence[int], round_: int = 0,
+                 dataset: Prepared | None = None) -> None:
         import numpy as np
 
         pool = np.asarray(token_pool, dtype=np.int64)
@@ -233,7 +253,10 @@ class Plan(Sequence[PlannedRequest]):
         w, load = profile.workload, profile.load
         self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir, key)
         self.trace: _TraceRequests | None = None
-        if w.trace is not None:
+        self.dataset = dataset  # a dataset's requests: the same in every round (its own text)
+        if dataset is None and w.source is not None:
+            if not has_trace(profile):
+                raise ValueError("a dataset's requests are prepared first (loadgate.load.workload.dataset)")
             self.trace = trace_of(profile, pool)
             self.trace.key = key
         self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir, key)
@@ -262,6 +285,10 @@ class Plan(Sequence[PlannedRequest]):
             return PlannedRequest(i, True, self.warm.prompt(i), int(self.warm.osl[i]))
         k = i - self.n_warmup
         off = None if self.offsets is None else self.offsets[k]
+        if self.dataset is not None:
+            r = self.dataset.requests[k % len(self.dataset)]
+            return PlannedRequest(i, False, r.prompt_ids, r.output_len, off, r.prompt_text, r.messages,
+                                  r.counted_len, r.category)
         if self.trace is not None:
             t = self.trace.get(k)
             return PlannedRequest(i, False, t.get("prompt_ids"), t["output_len"], off,
@@ -283,6 +310,8 @@ def prompt_key(round_: int, salt: int | None) -> tuple[int, ...]:
     return (salt, round_)
 
 
-def build_plan(profile: Profile, token_pool: Sequence[int], round_: int = 0) -> Plan:
-    """The plan of one round (a load level's index, offset by the A/B pair's; see the module)."""
-    return Plan(profile, token_pool, round_)
+def build_plan(profile: Profile, token_pool: Sequence[int], round_: int = 0,
+               dataset: Prepared | None = None) -> Plan:
+    """The plan of one round (a load level's index, offset by the A/B pair's; see the module), with
+    a dataset's prepared requests where the profile names one."""
+    return Plan(profile, token_pool, round_, dataset)

@@ -27,7 +27,10 @@ from loadgate.records import Record, RecordError, RecordWriter, SpecStats
 def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | int,
               ready_ns: int, intended_ns: int | None, prompt_overhead: int | None = 0) -> Record:
     bounds, busy = early_bounds(raw, [c.t_ns for c in d.chunks])
-    planned_prompt = None if req.prompt_len is None or prompt_overhead is None else req.prompt_len + prompt_overhead
+    if req.counted:  # counted whole (a dataset prompt, its chat template included)
+        planned_prompt = req.prompt_len
+    else:
+        planned_prompt = None if req.prompt_len is None or prompt_overhead is None else req.prompt_len + prompt_overhead
     return Record(
         i=req.i, warmup=req.warmup, level=level,
         intended_ns=None if intended_ns is None else intended_ns - t0_ns,
@@ -44,7 +47,7 @@ def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | 
         spec=None if d.spec is None else SpecStats(
             d.spec.source, d.spec.verify_steps, d.spec.draft_tokens, d.spec.accepted,
             d.spec.reported_acceptance_length),
-        counts_received=d.counts_received or None)
+        counts_received=d.counts_received or None, category=req.category)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,8 @@ class Planned:
     warmup: bool
     prompt_len: int | None
     output_len: int
+    counted: bool = False  # prompt_len is the server's whole count (no chat template to add)
+    category: str | None = None
 
 
 class Recorder:
@@ -72,7 +77,7 @@ class Recorder:
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
         self.log.add(Exchange(req.i, req.warmup, req.prompt_len, req.output_len, t0_ns, level, ready_ns,
-                              intended_ns, raw))
+                              intended_ns, raw, req.counted_len is not None, req.category))
         if self.on_done:
             self.on_done()
 
@@ -99,7 +104,7 @@ class Recorder:
 
 def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None) -> Record:
     """The record of one logged exchange, once decoded."""
-    return to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len), x.raw, d, t0_ns=x.t0_ns, level=x.level,
+    return to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category), x.raw, d, t0_ns=x.t0_ns, level=x.level,
                      ready_ns=x.ready_ns, intended_ns=x.intended_ns, prompt_overhead=prompt_overhead)
 
 

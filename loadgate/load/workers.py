@@ -40,6 +40,7 @@ from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
 from loadgate.load.target import LiveTarget, TargetSpec, body_for
 from loadgate.load.turns import LOOP_TURNS
+from loadgate.load.workload.dataset import Prepared
 from loadgate.net.connect import run_async
 from loadgate.net.http import make_session
 from loadgate.records import STEAL_TRUSTED, RecordWriter
@@ -151,7 +152,7 @@ class WorkerGroup:
     ("error", j, kind, message). None in an inbox ends that worker."""
 
     def __init__(self, spec: TargetSpec, profile: Profile, pool: list[int], n: int, run_dir: Path,
-                 stop_flag: StopFlag = NEVER, round_: int = 0) -> None:
+                 stop_flag: StopFlag = NEVER, round_: int = 0, dataset: Prepared | None = None) -> None:
         self.n, self.run_dir = n, run_dir
         self.stop_flag = stop_flag
         self.failed = False
@@ -161,7 +162,8 @@ class WorkerGroup:
         self.inboxes = [ctx.Queue() for _ in range(n)]
         self.outbox = ctx.Queue()
         self.procs = [ctx.Process(target=_worker, args=(j, n, spec, profile, pool, self.inboxes[j], self.outbox,
-                                                        self.counter, self.done, self.stopping, round_), daemon=True)
+                                                        self.counter, self.done, self.stopping, round_, dataset),
+                                daemon=True)
                       for j in range(n)]
         for p in self.procs:
             p.start()
@@ -287,25 +289,26 @@ def pin(j: int, n: int) -> int | None:
 
 
 def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any, outbox: Any,
-            counter: Any, done: Any, stopping: Any, round_: int = 0) -> None:
+            counter: Any, done: Any, stopping: Any, round_: int = 0, dataset: Prepared | None = None) -> None:
     # The parent handles signals and tells the workers to stop (or kills them); a Ctrl-C reaching
     # the whole process group must not cut their requests short before that.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     pin(j, n)
     try:
-        run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done, stopping, round_))
+        run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done, stopping, round_, dataset))
     except BaseException as e:  # reported to the parent, which prints one line; no traceback here
         msg = e.message if isinstance(e, errors.LoadgateError) else str(e)
         outbox.put(("error", j, type(e).__name__, msg))
 
 
 async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any,
-                       outbox: Any, counter: Any, done: Any, stopping: Any, round_: int = 0) -> None:
+                       outbox: Any, counter: Any, done: Any, stopping: Any, round_: int = 0,
+                       dataset: Prepared | None = None) -> None:
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     if main is not None:  # SIGTERM from the parent: cancel, so the phase writes what finished
         loop.add_signal_handler(signal.SIGTERM, main.cancel)
-    plan = build_plan(profile, pool, round_)
+    plan = build_plan(profile, pool, round_, dataset)
 
     def on_done() -> None:
         with done.get_lock():

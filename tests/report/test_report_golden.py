@@ -157,6 +157,25 @@ def test_a_version_4_run_folder_is_read_with_the_host_unknown_and_reported_as_th
     assert "outcome: PASSED (exit 0)" in capsys.readouterr().out
 
 
+def test_a_version_5_run_folder_is_read_with_no_category_and_judged_as_then(capsys):
+    """Records of schema v5 (no `category`) and a summary of version 5: every record reads with
+    the category null, the summary rebuilds with the same figures, and `report` gives the code
+    that run's verdict.json holds (it was judged invalid: the machine was busy when it was written)."""
+    from loadgate.analysis.summary import Summary, build_summary
+    from loadgate.jsonutil import load_json
+
+    run = RUNS.parent / "runs-v5" / "single"
+    assert (run / "records.jsonl").read_bytes().startswith(b'{"v":5,')
+    recs = list(read_records(run / "records.jsonl", include_warmup=True))
+    assert len(recs) == 48 and all(r.category is None for r in recs)
+    old = load_json(run / "summary.json")
+    assert old["summary_version"] == 5
+    s, again = Summary.from_json(old), build_summary(run)
+    assert s.levels["8"].metrics == again.levels["8"].metrics and again.levels["8"].succeeded == 40
+    code = load_json(run / "verdict.json")["code"]
+    assert main(["report", str(run)]) == code == 30
+
+
 def test_an_invalid_stamp_bound_names_the_host_where_it_took_a_share_of_the_cpu():
     """The INVALID message says the host took the CPU (steal) where it did, and only there."""
     from loadgate.analysis.validity import verdict

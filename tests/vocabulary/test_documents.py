@@ -64,7 +64,7 @@ def test_the_golden_run_covers_what_is_written_only_sometimes():
     assert len(server) == 2 and all(s.gauges and s.gauges["running"] is not None for s in server.values())
 
 
-@pytest.mark.parametrize("version", ["runs-v1", "runs-v2", "runs-v3", "runs-v4"])
+@pytest.mark.parametrize("version", ["runs-v1", "runs-v2", "runs-v3", "runs-v4", "runs-v5"])
 def test_the_documents_of_older_run_folders_read(version):
     runs = [p for p in (DATA / version).iterdir() if p.is_dir()]
     assert runs
