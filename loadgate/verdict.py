@@ -116,8 +116,8 @@ def _exactness_of(run_dir: Path) -> str | None:
     return "not established" if d.get("not_established") and not d.get("reasons") else "failed"
 
 
-def _decide(invalid: list[str], unverified: bool, judged: list[LevelJudgement], ab_decision: str | None
-            ) -> tuple[int, str, str]:
+def _decide(invalid: list[str], unverified: bool, judged: list[LevelJudgement], ab_decision: str | None,
+            regressed_in: list[str] | None = None) -> tuple[int, str, str]:
     """(exit code, outcome, message) in the order of the module docstring."""
     if invalid:
         return Exit.INVALID, Exit.INVALID.outcome, "measurement invalid: " + "; ".join(invalid)
@@ -128,7 +128,10 @@ def _decide(invalid: list[str], unverified: bool, judged: list[LevelJudgement], 
         return Exit.THRESHOLD, Exit.THRESHOLD.outcome, f"{len(failed)} threshold(s) failed: " + "; ".join(
             f"{o.threshold.metric} {o.threshold.text}" for _, o in failed[:5])
     if ab_decision == "regressed":
-        return Exit.REGRESSED, Exit.REGRESSED.outcome, "the candidate regressed against the baseline (see the comparison above)"
+        where = "" if not regressed_in else " at " + ", ".join(
+            f"level {k}" for k in regressed_in)  # a level ('8') or a group of one ('8 · category code')
+        return Exit.REGRESSED, Exit.REGRESSED.outcome, \
+            f"the candidate regressed against the baseline{where} (see the comparison above)"
     if ab_decision in ("inconclusive", "single run"):
         return Exit.INCONCLUSIVE, Exit.INCONCLUSIVE.outcome, ("the comparison is inconclusive: the runs cannot rule out a change that matters; "
                                     "add pairs (ab.pairs) or reduce noise")
@@ -268,7 +271,8 @@ def _judge_ab(run_dir: Path) -> Judgement:
                               ab.median_run(info["runs"]["A"]))
     invalid = [p for side in summaries.values() for s in side for lv in s.levels.values() for p in lv.invalid]
     unverified = bool(info["ab"].get("unverified"))
-    code, outcome, message = _decide(invalid, unverified, judged, decision)
+    code, outcome, message = _decide(invalid, unverified, judged, decision,
+                                     ab.regressed_in(comps, list(settings["decide_on"])))
     mismatch = cache_mismatch(summaries)
     if mismatch and code in (0, 21, 22):
         code, outcome, message, decision = Exit.INCONCLUSIVE, Exit.INCONCLUSIVE.outcome, mismatch, "inconclusive"

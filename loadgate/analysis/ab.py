@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgate.analysis.abstats import FigureComparison, compare_summaries, overall, worst
-from loadgate.analysis.summary import LevelSummary, build_summary
+from loadgate.analysis.summary import GROUP_FIELDS, LevelSummary, build_summary
 from loadgate.jsonutil import load_json
 
 SIDES = {"A": "baseline", "B": "candidate"}
@@ -34,8 +34,38 @@ def load_ab(run_dir: Path) -> dict[str, Any]:
     return {"ab": ab, "runs": runs}
 
 
+GROUP_SEP = " · "
+# A group's throughput is its share of the level's window, which the other groups' requests set
+# too: shown, never compared (a group that did not change would read as regressed beside one that did).
+WINDOW_FIGURES = ("output_throughput", "request_throughput")
+
+
+def group_key(level: str, field: str, value: str) -> str:
+    """The comparisons' key of one group of a level, e.g. '8 · category code'."""
+    return f"{level}{GROUP_SEP}{field} {value}"
+
+
+def is_group(key: str) -> bool:
+    return GROUP_SEP in key
+
+
+def group_of(s: LevelSummary, field: str, value: str) -> dict[str, Any] | None:
+    """One group's figures in a level summary (shaped like a level summary where A/B reads it)."""
+    g = (s.groups or {}).get(field)
+    return None if g is None else g["by"].get(value)
+
+
+def group_values(a: list[LevelSummary], b: list[LevelSummary], field: str) -> list[str]:
+    """The values of `field` both sides have groups for."""
+    def seen(side: list[LevelSummary]) -> set[str]:
+        return {v for s in side for v in ((s.groups or {}).get(field) or {}).get("by", {})}
+    return sorted(seen(a) & seen(b))
+
+
 def comparisons(run_dir: Path) -> tuple[dict[str, dict[str, FigureComparison]], dict[str, Any]]:
-    """Per load level: every figure compared across runs; plus the A/B settings."""
+    """Per load level: every figure compared across runs; then per group of the level (`GROUP_FIELDS`,
+    key `group_key`), at alpha divided again by the number of groups (Bonferroni across the groups
+    too, so a dataset of many categories raises no more false alarms than one); plus the A/B settings."""
     info = load_ab(run_dir)
     ab = info["ab"]["ab"]
     summaries = {s: [build_summary(d) for d in info["runs"][s]] for s in SIDES}
@@ -48,11 +78,29 @@ def comparisons(run_dir: Path) -> tuple[dict[str, dict[str, FigureComparison]], 
         alpha = ab["alpha"] / max(1, len(ab["decide_on"]))
         out[lv] = compare_summaries(a, b, alpha=alpha, practical=ab["practical"], practical_ms=ab["practical_ms"],
                                     confidence=ab["confidence"])
+        for field in GROUP_FIELDS:
+            values = group_values(a, b, field)
+            for v in values:
+                ga = [g for s in a if (g := group_of(s, field, v)) is not None]
+                gb = [g for s in b if (g := group_of(s, field, v)) is not None]
+                comps = compare_summaries(ga, gb, alpha=alpha / len(values), practical=ab["practical"],
+                                          practical_ms=ab["practical_ms"], confidence=ab["confidence"])
+                out[group_key(lv, field, v)] = {k: c for k, c in comps.items() if k not in WINDOW_FIGURES}
     return out, ab
 
 
+def regressed_in(comps: dict[str, dict[str, FigureComparison]], decide_on: list[str]) -> list[str]:
+    """The levels and groups (their keys) whose deciding figures say the candidate regressed."""
+    return [k for k, c in comps.items() if overall(c, decide_on) == "regressed"]
+
+
 def verdict(comps: dict[str, dict[str, FigureComparison]], decide_on: list[str]) -> str:
-    return worst([overall(c, decide_on) for c in comps.values()])
+    """The worst decision over the levels; a group decides only when it regressed (a regression in
+    one group is one, whatever the level says; a group's own uncertainty leaves the level's word)."""
+    d = worst([overall(c, decide_on) for k, c in comps.items() if not is_group(k)])
+    if d != "regressed" and any(is_group(k) for k in regressed_in(comps, decide_on)):
+        return "regressed"
+    return d
 
 
 def _median(values: list[Any]) -> Any:

@@ -64,15 +64,16 @@ def summarize(records: list[Record]) -> dict[str, Any]:
             "metrics": metrics, "throughput": throughput(records)}
 
 
-def throughput(records: list[Record]) -> dict[str, float | None]:
-    """Over the measured window W = [min origin, max end] of the measured requests:
+def throughput(records: list[Record], window_s: float | None = None) -> dict[str, float | None]:
+    """Over the measured window W = [min origin, max end] of the measured requests (`window_s`: a
+    window given, the level's for a group of its requests):
     request_throughput = successful requests / W; output_token_throughput = output tokens received
     by successful requests / W; input_token_throughput = planned prompt tokens of successful
     requests / W (seconds)."""
     if not records:
         return {"window_s": None, "request_throughput": None, "output_token_throughput": None,
                 "input_token_throughput": None}
-    w = (max(r.end_ns for r in records) - min(r.origin_ns for r in records)) / 1e9
+    w = window_s if window_s is not None else (max(r.end_ns for r in records) - min(r.origin_ns for r in records)) / 1e9
     ok = [r for r in records if r.succeeded]
     out_tok = sum(sum(r.chunk_tokens) for r in ok)
     in_tok = sum(r.prompt_tokens if r.prompt_tokens is not None else (r.prompt_tokens_planned or 0) for r in ok)

@@ -176,6 +176,30 @@ def prefix_cache(before: Snapshot, after: Snapshot, family: Family | None = None
     return None
 
 
+def groups_add_up(groups: dict[str, dict[str, Any]], counters: dict[str, Any] | None,
+                  tol: float = 0.01) -> dict[str, Any] | None:
+    """Whether the groups' per-request acceptance (each group's accepted tokens, verify steps and
+    drafted tokens, summed) adds up to the level's counter deltas, which cannot be split by group
+    in a mixed window: accepted against Δ accepted; verify steps against Δ drafts where the engine
+    counts every step (vLLM), drafted tokens against Δ draft tokens where both say."""
+    per = [g["acceptance"]["per_request"] for g in groups.values() if g["acceptance"]["per_request"]]
+    if not per or not counters:
+        return None
+    family = family_named(counters.get("engine"))
+    sums = {"accepted": sum(p["accepted"] for p in per), "verify_steps": sum(p["verify_steps"] for p in per),
+            "draft_tokens": None if any(p.get("draft_tokens") is None for p in per)
+            else sum(p["draft_tokens"] for p in per)}
+    pairs: dict[str, tuple[float, float]] = {"accepted": (sums["accepted"], counters.get("accepted") or 0.0)}
+    if family is not None and family.spec is not None and family.spec.drafts_are_steps and counters.get("drafts"):
+        pairs["verify_steps"] = (sums["verify_steps"], counters["drafts"])
+    if sums["draft_tokens"] is not None and counters.get("draft_tokens"):
+        pairs["draft_tokens"] = (sums["draft_tokens"], counters["draft_tokens"])
+    rels = {k: (abs(a - b) / abs(b) if b else (0.0 if a == b else float("inf"))) for k, (a, b) in pairs.items()}
+    rel = max(rels.values())
+    return {"groups": len(per), "values": {k: list(v) for k, v in pairs.items()}, "relative_difference": rel,
+            "agree": rel <= tol, "tolerance": tol}
+
+
 def reconcile(resp: dict[str, Any] | None, counters: dict[str, Any] | None, tol: float = 0.01) -> dict[str, Any] | None:
     """Compare the two sources on what they define alike: the acceptance length where the counters'
     drafts are verify steps (vLLM), else the accepted and drafted token counts (llama.cpp counts

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from loadgate.analysis.metrics import summarize
-from loadgate.analysis.specdec import contamination, from_counters, from_records, prefix_cache, reconcile
+from loadgate.analysis.metrics import throughput as throughput_over
+from loadgate.analysis.specdec import (
+    contamination,
+    from_counters,
+    from_records,
+    groups_add_up,
+    prefix_cache,
+    reconcile,
+)
 from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warnings
 from loadgate.config.profile import HealthBudgets
 from loadgate.core.figures import figure
@@ -167,6 +175,7 @@ class LevelSummary:
     client_health: ClientHealth
     invalid: list[str]
     prefix_cache: dict[str, Any] | None = None  # `analysis.specdec.prefix_cache`: the server's cache hits in the window
+    groups: dict[str, Any] | None = None  # figures by a record field (`group_figures`), e.g. {"category": ...}
 
     def to_json(self) -> dict[str, Any]:
         """The fields in order, `invalid` last (the order version 2 wrote)."""
@@ -182,7 +191,33 @@ class LevelSummary:
                    None if d.get("goodput") is None else Goodput(**d["goodput"]),
                    Acceptance(acc.get("per_request"), acc.get("counters"), acc.get("reconciliation")),
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
-                   ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"))
+                   ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"))
+
+
+GROUP_FIELDS = ("category",)
+"""Record fields the figures are broken down by (the conversation, capacity and scale-out work adds
+turn, time slice and endpoint)."""
+
+
+def group_figures(records: list[Record], window_s: float | None, counters: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Per value of each of `GROUP_FIELDS` the records have: its requests' figures (every
+    distribution, its output tokens per second of the level's window, acceptance from per-request
+    fields), and whether the groups' acceptance adds up to the level's counter deltas. None when no
+    record has a value for any of them."""
+    out: dict[str, Any] = {}
+    for name in GROUP_FIELDS:
+        values = sorted({v for r in records if (v := getattr(r, name)) is not None})
+        if not values:
+            continue
+        by: dict[str, Any] = {}
+        for v in values:
+            sub = [r for r in records if getattr(r, name) == v]
+            s = summarize(sub)
+            by[v] = {"requests": s["requests"], "succeeded": s["succeeded"], "failed": s["failed"],
+                     "errors": s["errors"], "metrics": s["metrics"], "throughput": throughput_over(sub, window_s),
+                     "acceptance": {"per_request": from_records(sub)}}
+        out[name] = {"by": by, "acceptance_adds_up": groups_add_up(by, counters)}
+    return out or None
 
 
 def level_summary(records: list[Record], server: ServerLevel | None, health: list[HealthPhase],
@@ -218,9 +253,10 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
         invalid += verdict(dataclasses.asdict(h), b, cpus, unbounded)
         h = dataclasses.replace(h, warnings=warnings(dataclasses.asdict(h), b))
     throughput = Throughput(**s["throughput"])
+    groups = group_figures(records, throughput.window_s, acceptance.counters)
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
-                        sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached)
+                        sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups)
 
 
 def merge_health(parts: list[HealthPhase], schedule: dict[str, float | None] | None = None) -> ClientHealth:
@@ -258,8 +294,14 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
     return out
 
 
-SUMMARY_VERSION = 5
-"""5: each level's `token_counts.impossible_counts` (requests whose server sent a token count no
+SUMMARY_VERSION = 6
+"""6: each level's `groups`: figures by a record field (`category`: a dataset row's), per value its
+requests, every distribution, throughput over the level's window and acceptance from per-request
+fields, and `acceptance_adds_up` (whether the groups' accepted tokens and verify steps sum to the
+level's counter deltas); null when no record has a group; the summary's `dataset` (what meta.json
+says of the run's dataset: file, format, rows drawn, where lengths came from), null without one.
+Version 5 files read the same, both null.
+5: each level's `token_counts.impossible_counts` (requests whose server sent a token count no
 server can mean, kept as received in their records' `counts_received`) and
 `completion_unverified` (of those, completions left without a count); each level's
 `client_health.host_steal_fraction`: the share of the machine's CPU time a
@@ -301,6 +343,7 @@ class Summary:
     damage: dict[str, Any] | None = None  # records.jsonl lines that could not be read (`records.Damage`)
     interrupted: bool = False  # a signal stopped the run: these are the requests that finished
     tls_insecure: bool = False  # the server's certificate was not checked (target.tls.insecure)
+    dataset: dict[str, Any] | None = None  # meta.json's `dataset`: where the prompts came from
     summary_version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -308,15 +351,15 @@ class Summary:
         d = asdict(self)
         d["levels"] = {lv: ls.to_json() for lv, ls in self.levels.items()}
         return {"summary_version": d.pop("summary_version"), "interrupted": d.pop("interrupted"),
-                "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), **d}
+                "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), "dataset": d.pop("dataset"), **d}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Summary:
-        """From a summary.json of version 1 to 4."""
+        """From a summary.json of version 1 to 6."""
         return cls(d["run_id"], d["loadgate"], d["model"], d["api"], d.get("load", "concurrency"),
                    {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
                    d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"),
-                   d.get("damage"), bool(d.get("interrupted")), bool(d.get("tls_insecure")))
+                   d.get("damage"), bool(d.get("interrupted")), bool(d.get("tls_insecure")), d.get("dataset"))
 
 
 def _listed(d: Any, where: str) -> list[Any]:
@@ -365,4 +408,4 @@ def build_summary(run_dir: Path, extra: list[Record] | None = None) -> Summary:
                    "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency", levels,
                    not any(s.invalid for s in levels.values()), meta.get("attestation"), bool(meta.get("unverified")),
                    meta.get("token_pool"), meta.get("chat_template_tokens"), damage.to_json() if damage.any else None,
-                   stop.get("outcome") == "interrupted", bool(meta.get("tls_insecure")))
+                   stop.get("outcome") == "interrupted", bool(meta.get("tls_insecure")), meta.get("dataset"))

@@ -63,6 +63,29 @@ def level_table_html(s: LevelSummary) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def group_table_html(s: LevelSummary, field: str = "category") -> str:
+    """The level's figures by `field`, as the console's `group_table`; "" without groups."""
+    g = (s.groups or {}).get(field)
+    if not g:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in (field, "n", "failed", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
+                                                     "ITL p99 ms", "tok/s of window", "acceptance length"))
+    rows = []
+    for value, f in g["by"].items():
+        m, acc = f["metrics"], (f["acceptance"]["per_request"] or {}).get("acceptance_length")
+        cells = [f["requests"], f["failed"], fmt(m["ttft"]["p50"]), fmt(m["ttft"]["p99"]), fmt(m["itl"]["p50"]),
+                 fmt(m["itl"]["p99"]), fmt(f["throughput"]["output_token_throughput"], 1), fmt(acc, 3)]
+        rows.append(f"<tr><td>{escape(value)}</td>" + "".join(f'<td class="num">{c}</td>' for c in cells) + "</tr>")
+    au = g.get("acceptance_adds_up")
+    note = ""
+    if au:
+        verb = "add up" if au["agree"] else '<span class="bad">do NOT add up</span>'
+        note = (f"<p>The {escape(field)} acceptance figures {verb} to the level's /metrics counters (relative "
+                f"difference {au['relative_difference']:.2%}).</p>")
+    return (f"<h4>By {escape(field)}</h4><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            + note)
+
+
 def _level_facts(s: LevelSummary) -> str:
     """Requests, errors, throughput, goodput, acceptance and validity of one level, as a list."""
     t = s.throughput
@@ -152,7 +175,7 @@ def _page(title: str, body: str) -> str:
 def _tables(summary: Summary, *, side_by_side: bool = False) -> str:
     """Each level's facts and metric table; levels side by side (wrapping) when asked."""
     load = summary.load
-    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s)}{level_table_html(s)}</div>"
+    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s)}{level_table_html(s)}{group_table_html(s)}</div>"
               for lv, s in summary.levels.items()]
     return f'<div class="cols">{"".join(blocks)}</div>' if side_by_side else "".join(blocks)
 

@@ -40,6 +40,31 @@ def level_table(s: LevelSummary) -> str:
                     disable_numparse=True, colalign=("left", "left", "right", "right", "right", "right", "right"))
 
 
+def group_table(s: LevelSummary, field: str = "category") -> str:
+    """The level's figures by `field` (`LevelSummary.groups`), one row per value; empty without."""
+    g = (s.groups or {}).get(field)
+    if not g:
+        return ""
+    rows = []
+    for value, f in g["by"].items():
+        m, acc = f["metrics"], (f["acceptance"]["per_request"] or {}).get("acceptance_length")
+        rows.append([value, f["requests"], f["failed"], fmt(m["ttft"]["p50"]), fmt(m["ttft"]["p99"]),
+                     fmt(m["itl"]["p50"]), fmt(m["itl"]["p99"]), fmt(m["request_output_rate"]["p50"], 1),
+                     fmt(f["throughput"]["output_token_throughput"], 1), fmt(acc, 3)])
+    table = tabulate(rows, headers=[field, "n", "failed", "ttft p50 ms", "ttft p99 ms", "itl p50 ms", "itl p99 ms",
+                                    "tok/s per req p50", "tok/s of window", "acceptance"],
+                     tablefmt="simple", disable_numparse=True, colalign=("left",) + ("right",) * 9)
+    out = [f"by {field}:", table]
+    au = g.get("acceptance_adds_up")
+    if au:
+        vals = ", ".join(f"{k.replace('_', ' ')} {fmt(float(a), 0)} vs {fmt(float(b), 0)}" for k, (a, b) in au["values"].items())
+        out.append(("the " + field + " figures add up to the level's /metrics counters" if au["agree"] else
+                    "THE " + field.upper() + " FIGURES DO NOT ADD UP to the level's /metrics counters")
+                   + f": {vals} (relative difference {au['relative_difference']:.2%}, tolerance {au['tolerance']:.0%}; "
+                   "counters cannot be split by " + field + ", so acceptance by " + field + " is from per-request fields)")
+    return "\n".join(out)
+
+
 def _acceptance_lines(a: Acceptance) -> list[str]:
     out = []
     pr, ct, rc = a.per_request, a.counters, a.reconciliation
@@ -80,8 +105,20 @@ def _count_sources(tc: TokenCounts, summary: Summary) -> str:
             + (f"; completion counts: {completion}" if completion else ""))
 
 
+def dataset_line(d: dict[str, Any]) -> str:
+    """Where the measured prompts came from and where their lengths did (the summary's `dataset`)."""
+    lengths = ("prompts as written" if d["lengths"] == "dataset" else
+               "prompts cut or extended to workload.input_len")
+    return (f"workload: dataset {d['path']} ({d['format']}, {d['distinct_rows']} of {d['rows']} rows drawn, "
+            f"order {d['order']}); {lengths}; output lengths from {d['output_lengths']}; prompt counts from "
+            f"{d['prompt_counts']}" + (f"; {d['skipped_by_filters']} rows skipped by the length filters"
+                                       if d.get("skipped_by_filters") else ""))
+
+
 def render_summary(summary: Summary) -> str:
     out: list[str] = []
+    if summary.dataset:
+        out.append(dataset_line(summary.dataset))
     att = summary.attestation
     if att:
         out.append(f"performance of the attested configuration (fingerprint {att['fingerprint_hash'][:16]}, "
@@ -109,6 +146,8 @@ def render_summary(summary: Summary) -> str:
             out.append(f"goodput {fmt(g.goodput_rps, 2)} req/s ({g.fraction:.1%} of requests met "
                        + ", ".join(f"{k} <= {v:g}" for k, v in g.slo_ms.items()) + ")")
         out += _acceptance_lines(s.acceptance)
+        if s.groups:
+            out.append(group_table(s))
         cc = s.contamination
         if cc:
             out.append(("contamination check passed" if cc["clean"] else "CONTAMINATION") +

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from loadgate.analysis import ab
+from loadgate.analysis.ab import WINDOW_FIGURES, group_key, group_of, group_values
 from loadgate.analysis.abstats import (
     FigureComparison,
     compare_figure,
@@ -18,10 +19,10 @@ from loadgate.analysis.abstats import (
     figures,
     request_level,
 )
-from loadgate.analysis.summary import Summary, build_summary
+from loadgate.analysis.summary import GROUP_FIELDS, Summary, build_summary
 from loadgate.errors import UsageError
 from loadgate.jsonutil import clean, load_json
-from loadgate.records import read_records
+from loadgate.records import Record, read_records
 from loadgate.report import compare_table as ct
 from loadgate.report.exactness import report_text
 from loadgate.report.table import capacity_table, render_summary, summary_csv, summary_markdown
@@ -259,13 +260,26 @@ def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureCompariso
             continue
         la = [r for r in ra if str(r.level) == lv]
         lb = [r for r in rb if str(r.level) == lv]
-        comps = {}
-        for name in figures():
-            c = compare_figure(name, [figure(sa.levels[lv], name)], [figure(sb.levels[lv], name)])
-            ci = request_level(name, la, lb) if c.ratio is not None else None
-            comps[name] = dataclasses.replace(c, ci=ci) if ci else c
-        out[lv] = comps
+        out[lv] = _single(sa.levels[lv], sb.levels[lv], la, lb)
+        for field in GROUP_FIELDS:  # and per group of the level (`ab.group_key`), throughput left out
+            for v in group_values([sa.levels[lv]], [sb.levels[lv]], field):
+                out[group_key(lv, field, v)] = _single(
+                    group_of(sa.levels[lv], field, v), group_of(sb.levels[lv], field, v),
+                    [r for r in la if getattr(r, field) == v], [r for r in lb if getattr(r, field) == v],
+                    skip=WINDOW_FIGURES)
     return out
+
+
+def _single(a: Any, b: Any, ra: list[Record], rb: list[Record], skip: tuple[str, ...] = ()) -> dict[str, FigureComparison]:
+    """Every figure of one level (or group) of two single runs, intervals from resampling requests."""
+    comps = {}
+    for name in figures():
+        if name in skip:
+            continue
+        c = compare_figure(name, [figure(a, name)], [figure(b, name)])
+        ci = request_level(name, ra, rb) if c.ratio is not None else None
+        comps[name] = dataclasses.replace(c, ci=ci) if ci else c
+    return comps
 
 
 def _caveat(run: Path, j: Judgement) -> str | None:

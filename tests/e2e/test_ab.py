@@ -403,3 +403,36 @@ def test_an_ab_folder_whose_runs_did_not_all_finish_is_incomplete_not_compared(t
     assert "INCOMPLETE (exit 5" in out and "2 of 6 runs began (A1, B1)" in out, out
     write_state(run, "stopped", 4)
     assert main(["report", str(run)]) == 4
+
+
+def test_a_candidate_that_regresses_in_one_category_only_exits_21_naming_it(tmp_path, capsys):
+    """Long prompts pay the candidate's slower prefill, short ones barely: the level's TTFT p50 (a
+    short prompt's, 12 of 16) moves less than the practical band, the `long` category's many times
+    more. One request in flight, so no prompt waits behind another's prefill."""
+    import json
+
+    words = "river cache stone lamp orbit field quiet paper window garden".split()
+    rows = [{"prompt": " ".join(words[(k + j) % 10] for j in range(8)), "category": "short"} for k in range(12)]
+    rows += [{"prompt": " ".join(words[(k * j) % 10] for j in range(1500)), "category": "long"} for k in range(4)]
+    (tmp_path / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = {"decode_step_us": 1500, "prefill_us_per_token": 1}
+    cand = {**base, "prefill_us_per_token": 20}
+    doc = {"name": "cat", "target": {"endpoint": "embedded", "sim": cand},
+           "workload": {"requests": 16, "dataset": {"path": "mixed.jsonl"}, "output_len": {"dist": "fixed", "value": 8}},
+           "load": {"concurrency": 1},
+           "exactness": {"baseline": "sim-reference", "corpus": str(tiny_corpus(tmp_path))}, "health": LAX_HEALTH,
+           "ab": {"baseline": {"endpoint": "embedded", "sim": base}, "pairs": 5, "decide_on": ["ttft.p50"]},
+           "output": {"dir": str(tmp_path / "out"), "run_id": "cat"}}
+    p = tmp_path / "cat.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    assert main(["run", "-q", str(p)]) == 21
+    err = capsys.readouterr().err
+    assert "the candidate regressed against the baseline at level 1 · category long" in err
+    assert "category short" not in err and "at level 1," not in err and "at level 1 (" not in err
+    comp = load_json(tmp_path / "out" / "cat" / "comparison.json")["levels"]
+    assert comp["1 · category long"]["figures"]["ttft.p50"]["decision"] == "regressed"
+    assert comp["1 · category long"]["figures"]["ttft.p50"]["ratio"] > 3
+    assert comp["1"]["figures"]["ttft.p50"]["decision"] != "regressed"
+    assert comp["1 · category short"]["figures"]["ttft.p50"]["decision"] != "regressed"
+    # a group's throughput is its share of a window the other group set too: not compared
+    assert "output_throughput" not in comp["1 · category short"]["figures"] and "output_throughput" in comp["1"]["figures"]

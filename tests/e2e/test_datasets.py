@@ -23,7 +23,7 @@ from loadgate.sim.hf_export import write_hf_tokenizer
 from loadgate.sim.process import SimProcess
 from loadgate.sim.tokenizer import Tokenizer
 from tests.load.test_dataset import BUNDLED, ROWS, expected, write_arrow_folder, write_parquet, write_sharegpt
-from tests.profiles import LAX_BUDGETS
+from tests.profiles import LAX_BUDGETS, LAX_HEALTH
 
 VOCAB = 4096
 
@@ -160,3 +160,40 @@ def test_the_trace_key_is_a_dataset_of_format_trace(sim, tmp_path):
         got.append(sorted((t["prompt_tokens"], t["completion_tokens"]) for t in truth))
     n = len(Tokenizer(VOCAB).encode("hello there"))
     assert got[0] == got[1] == sorted([(12, 5), (12, 5), (n, 3), (n, 3)])  # the lines again, in order
+
+
+def test_figures_by_category_are_each_categorys_own_requests(tmp_path, capsys):
+    """A speculative simulator (counters and per-request draft fields): the summary's figures by
+    category are those of the category's own records, their acceptance sums to the level's counter
+    deltas, and the console, HTML and compare show them."""
+    import numpy as np
+
+    p = write_yaml(tmp_path, {
+        "name": "cat", "target": {"endpoint": "embedded", "sim": {"speculative": {"method": "ngram", "k": 3},
+                                                                 "decode_step_us": 300}},
+        "workload": {"requests": 32, "dataset": {"path": str(BUNDLED)}}, "load": {"concurrency": 4},
+        "health": LAX_HEALTH,
+        "output": {"dir": str(tmp_path / "out"), "run_id": "r"}})
+    assert main(["run", "-q", "--unverified", "--html", str(p)]) == 11
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "out" / "r"
+    recs = list(read_records(run_dir / "records.jsonl"))
+    summary = load_json(run_dir / "summary.json")
+    assert summary["summary_version"] == 6 and summary["dataset"]["distinct_rows"] == 32
+    g = summary["levels"]["4"]["groups"]["category"]
+    assert sorted(g["by"]) == sorted({r.category for r in recs}) and sum(v["requests"] for v in g["by"].values()) == 32
+    for cat, f in g["by"].items():
+        mine = [r for r in recs if r.category == cat]
+        ttft = [(r.start_ns + r.chunk_ns[0] - r.origin_ns) / 1e6 for r in mine]
+        assert f["requests"] == len(mine) and f["metrics"]["ttft"]["p50"] == pytest.approx(np.percentile(ttft, 50))
+        steps = sum(r.spec.verify_steps for r in mine if r.spec)
+        accepted = sum(r.spec.accepted for r in mine if r.spec)
+        assert f["acceptance"]["per_request"]["acceptance_length"] == pytest.approx(1 + accepted / steps)
+    au = g["acceptance_adds_up"]
+    assert au["agree"] and au["values"]["accepted"][0] == sum(r.spec.accepted for r in recs if r.spec)
+    assert "by category:" in out and "the category figures add up to the level's /metrics counters" in out
+    assert all(any(line.startswith(cat + " ") for line in out.splitlines()) for cat in g["by"])
+    assert "<h4>By category</h4>" in (run_dir / "report.html").read_text()
+    assert main(["compare", str(run_dir), str(run_dir)]) == 0
+    titles = [line for line in capsys.readouterr().out.splitlines() if line.startswith("r vs r at level")]
+    assert titles[0].startswith("r vs r at level 4 (") and len(titles) == 1 + len(g["by"])
