@@ -307,6 +307,103 @@ def test_vllm_with_ngram_speculation_seeded_replay_verdict_follows_what_the_send
         assert any(r.startswith("seeded-replay: ") for r in run["report"]["reasons"]), run["report"]["reasons"]
 
 
+# --- datasets (issue 27): runs from each format, and acceptance by category -----------------------
+
+HEALTH_LAX = {"loop_lag_p99_ms": 60000.0, "gc_pause_max_ms": 60000.0, "cpu_max": 16.0,
+              "schedule_lag_p99_ms": 60000.0, "stamp_error_p99_ms": 60000.0}
+
+
+def _dataset_run(srv: Any, work: Path, name: str, workload: dict[str, Any], concurrency: int = 4) -> dict[str, Any]:
+    """An unverified run (the gate's check has its own tests here) of `workload` against `srv`."""
+    doc = {"name": name, "seed": 7,
+           "target": {"endpoint": srv.url, "api": "openai-completions", "declared": srv.info["declared"],
+                      "timeout_s": 120},
+           "workload": workload, "load": {"concurrency": concurrency}, "health": HEALTH_LAX,
+           "output": {"dir": str(work / "out"), "run_id": name}}
+    p = work / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["run", "-q", "--unverified", str(p)]) == 11
+    run = work / "out" / name
+    return {"summary": load_json(run / "summary.json"), "meta": load_json(run / "meta.json"),
+            "records": [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()], "run": run}
+
+
+@pytest.mark.parametrize("fmt", ["bundled", "sharegpt", "parquet", "arrow"])
+def test_vllm_runs_from_each_dataset_format_at_the_rows_own_lengths(fmt, servers, tmp_path):
+    """The bundled set as it is (rows that fit the 2,048-token context of the tiny model, replies up
+    to 300 tokens), and one row of each category (retrieval's long contexts left out, replies cut
+    to 300 characters) as ShareGPT, parquet and an Arrow folder: vLLM's own counts of every prompt
+    and completion are the plan's."""
+    from tests.load.test_dataset import BUNDLED, ROWS, write_arrow_folder, write_parquet, write_sharegpt
+
+    srv = servers.get("ngram")
+    rows = [{**r, "completion": r["completion"][:300]} for r in ROWS[::8] if r["category"] != "retrieval"]
+    if fmt == "bundled":
+        ds: dict[str, Any] = {"path": str(BUNDLED), "max_input_len": 1500, "max_output_len": 300}
+        n = 16
+    else:
+        path = {"sharegpt": lambda: write_sharegpt(tmp_path / "sg.json", rows),
+                "parquet": lambda: write_parquet(tmp_path / "d.parquet", rows),
+                "arrow": lambda: write_arrow_folder(tmp_path / "arrow", rows)}[fmt]()
+        ds, n = {"path": str(path)}, len(rows)
+    got = _dataset_run(srv, tmp_path, f"ds-{fmt}", {"requests": n, "dataset": ds})
+    level = got["summary"]["levels"]["4"]
+    tc = level["token_counts"]
+    assert level["succeeded"] == n and tc["prompt_mismatches"] == 0 and tc["completion_mismatches"] == 0, tc
+    recs = [r for r in got["records"] if not r["warmup"]]
+    assert all(r["prompt_tokens"] == r["prompt_tokens_planned"] and r["completion_tokens"] == r["output_tokens_planned"]
+               for r in recs)
+    assert len({r["output_tokens_planned"] for r in recs}) > 1  # the replies' own lengths, not one length
+    d = got["meta"]["dataset"]
+    assert d["format"] == {"bundled": "jsonl"}.get(fmt, fmt) and d["prompt_counts"] == "the tokenizer source"
+    if fmt != "bundled":
+        assert d["distinct_rows"] == n and {r["category"] for r in recs} == {r["category"] for r in rows}
+
+
+def test_vllm_ngram_acceptance_is_higher_on_prompts_that_hold_their_own_continuation(servers, tmp_path, engine_logs,
+                                                                                       capsys):
+    """The repetitive category as the tiny model needs it: each prompt is the first 64 tokens of a
+    bundled prose prompt followed by the model's own greedy continuation of them (prompt lookup then
+    finds what the model goes on to write); prose is those prompts whole. 64 output tokens each.
+    Acceptance length by category from vLLM's per-request spec-decode metrics: repetitive >= 1.3 x
+    prose, shown in the report, and the categories' sums equal the level's counter deltas within 1 %.
+    (The bundled `repetitive` rows are copy tasks written for real models: the tiny model does not
+    copy, so on it they draft no better than prose.)"""
+    from tests.load.test_dataset import ROWS
+
+    srv = servers.get("ngram")
+    prose = [r["messages"][-1]["content"] for r in ROWS if r["category"] in ("summarisation", "question_answering")][:8]
+    rows = []
+    for text in prose:
+        head = post_json(srv.url + "/tokenize", {"model": "tiny", "prompt": text, "add_special_tokens": False})["tokens"][:64]
+        cont = post_json(srv.url + "/v1/completions", {"model": "tiny", "prompt": head, "max_tokens": 64,
+                                                       "temperature": 0, "ignore_eos": True})["choices"][0]["text"]
+        head_text = post_json(srv.url + "/detokenize", {"model": "tiny", "tokens": head})["prompt"]
+        rows += [{"prompt": text, "category": "prose"}, {"prompt": head_text + cont, "category": "repetitive"}]
+    (tmp_path / "mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = _dataset_run(srv, tmp_path, "accept", {"requests": 16, "dataset": {"path": str(tmp_path / "mix.jsonl")},
+                                                 "output_len": {"dist": "fixed", "value": 64}})
+    level = got["summary"]["levels"]["4"]
+    by = level["groups"]["category"]["by"]
+    acc = {c: by[c]["acceptance"]["per_request"] for c in ("prose", "repetitive")}
+    assert all(a["requests"] == 8 and a["source"] == level["acceptance"]["per_request"]["source"] for a in acc.values())
+    ratio = acc["repetitive"]["acceptance_length"] / acc["prose"]["acceptance_length"]
+    assert ratio >= 1.3, acc
+    adds = level["groups"]["category"]["acceptance_adds_up"]
+    assert adds["agree"] and adds["relative_difference"] <= 0.01 and set(adds["values"]) >= {"accepted", "verify_steps"}
+    assert adds["values"]["accepted"][0] == sum(a["accepted"] for a in acc.values())
+    capsys.readouterr()
+    assert main(["report", str(got["run"])]) == 11
+    lines = capsys.readouterr().out.splitlines()  # the report's table by category shows both
+    head = lines.index(next(line for line in lines if line.startswith("category ")))
+    assert lines[head - 1] == "by category:" and lines[head].split()[-1] == "acceptance"
+    for cat, a in acc.items():
+        row = next(line for line in lines if line.startswith(cat + " "))
+        assert row.split()[-1] == f"{a['acceptance_length']:.3f}", row
+    note(engine_logs, test="acceptance by category", prose=acc["prose"], repetitive=acc["repetitive"],
+         ratio=ratio, adds_up=adds)
+
+
 @pytest.mark.parametrize("variant", ["ngram", "draft"])
 def test_speculation_in_float32_passes_the_gate_and_acceptance_sources_agree(
         variant, servers, baseline_file, small_corpus, write_profile, engine_logs, tmp_path):

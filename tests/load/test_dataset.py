@@ -277,3 +277,20 @@ def test_without_a_tokenizer_prompts_go_as_written_with_the_profiles_output_leng
         assert req.output_len == 16 and req.category == row["category"]
     assert prepared.meta["output_lengths"] == "workload.output_len" and prepared.meta["distinct_rows"] == 64
     assert prepared.meta["prompt_counts"] == "none (the server's usage)"
+
+
+def test_reading_a_100k_row_parquet_file_of_200_mb_raises_rss_by_at_most_100_mb(tmp_path):
+    """benchmarks/dataset_memory.py's parquet case: 100,000 rows of incompressible text, uncompressed
+    (≥ 200 MB on disk), every row checked and 100 drawn in a fresh process, whose resident set is
+    sampled every 2 ms (here: +43 to +48 MiB)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dataset_memory", BUNDLED.parents[1] / "benchmarks" / "dataset_memory.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    path = bench.write_parquet(tmp_path / "big.parquet", 100_000, 2100)
+    assert path.stat().st_size >= 200 * 10**6
+    rows, drawn, grew = bench.measure(path, 100)
+    assert (rows, drawn) == (100_000, 100)
+    assert grew <= 100 * 10**6, f"peak RSS grew {grew / 2**20:.1f} MiB"
