@@ -105,20 +105,25 @@ def _count_sources(tc: TokenCounts, summary: Summary) -> str:
             + (f"; completion counts: {completion}" if completion else ""))
 
 
-def dataset_line(d: dict[str, Any]) -> str:
-    """Where the measured prompts came from and where their lengths did (the summary's `dataset`)."""
+def dataset_line(d: dict[str, Any], levels: int = 1) -> str:
+    """Where the measured prompts came from and where their lengths did (the summary's `dataset`);
+    with several levels, that each level sends the same prompts (a dataset's text cannot be drawn
+    afresh per level as token ids are)."""
     lengths = ("prompts as written" if d["lengths"] == "dataset" else
                "prompts cut or extended to workload.input_len")
     return (f"workload: dataset {d['path']} ({d['format']}, {d['distinct_rows']} of {d['rows']} rows drawn, "
             f"order {d['order']}); {lengths}; output lengths from {d['output_lengths']}; prompt counts from "
             f"{d['prompt_counts']}" + (f"; {d['skipped_by_filters']} rows skipped by the length filters"
-                                       if d.get("skipped_by_filters") else ""))
+                                       if d.get("skipped_by_filters") else "")
+            + ("; every level sends these same prompts, so a level after the first may meet them in the "
+               "engine's prefix cache (see each level's prefix cache line; load.reset_prefix_cache empties it)"
+               if levels > 1 else ""))
 
 
 def render_summary(summary: Summary) -> str:
     out: list[str] = []
     if summary.dataset:
-        out.append(dataset_line(summary.dataset))
+        out.append(dataset_line(summary.dataset, len(summary.levels)))
     att = summary.attestation
     if att:
         out.append(f"performance of the attested configuration (fingerprint {att['fingerprint_hash'][:16]}, "

@@ -162,26 +162,26 @@ def test_the_trace_key_is_a_dataset_of_format_trace(sim, tmp_path):
     assert got[0] == got[1] == sorted([(12, 5), (12, 5), (n, 3), (n, 3)])  # the lines again, in order
 
 
-def test_figures_by_category_are_each_categorys_own_requests(tmp_path, capsys):
-    """A speculative simulator (counters and per-request draft fields): the summary's figures by
-    category are those of the category's own records, their acceptance sums to the level's counter
-    deltas, and the console, HTML and compare show them."""
+def test_the_bundled_profile_passes_the_gate_with_figures_that_are_each_categorys_own(tmp_path, capsys):
+    """profiles/categories.yaml as a user runs it (the results folder moved, a faster simulated
+    decode): the exactness check passes (exit 0); the summary's figures by category are those of
+    the category's own records, their acceptance sums to the level's counter deltas, and the
+    console, HTML and compare show them."""
     import numpy as np
 
-    p = write_yaml(tmp_path, {
-        "name": "cat", "target": {"endpoint": "embedded", "sim": {"speculative": {"method": "ngram", "k": 3},
-                                                                 "decode_step_us": 300}},
-        "workload": {"requests": 32, "dataset": {"path": str(BUNDLED)}}, "load": {"concurrency": 4},
-        "health": LAX_HEALTH,
-        "output": {"dir": str(tmp_path / "out"), "run_id": "r"}})
-    assert main(["run", "-q", "--unverified", "--html", str(p)]) == 11
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "profiles" / "categories.yaml").read_text())
+    doc["workload"]["dataset"]["path"] = str(BUNDLED)
+    doc["target"]["sim"]["decode_step_us"] = 300
+    doc["output"] = {"dir": str(tmp_path / "out"), "run_id": "r"}
+    doc["health"] = LAX_HEALTH
+    assert main(["run", "-q", "--html", str(write_yaml(tmp_path, doc))]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     run_dir = tmp_path / "out" / "r"
     recs = list(read_records(run_dir / "records.jsonl"))
     summary = load_json(run_dir / "summary.json")
-    assert summary["summary_version"] == 6 and summary["dataset"]["distinct_rows"] == 32
-    g = summary["levels"]["4"]["groups"]["category"]
-    assert sorted(g["by"]) == sorted({r.category for r in recs}) and sum(v["requests"] for v in g["by"].values()) == 32
+    assert summary["summary_version"] == 6 and summary["dataset"]["distinct_rows"] == 64
+    g = summary["levels"]["8"]["groups"]["category"]
+    assert sorted(g["by"]) == sorted({r["category"] for r in ROWS}) and all(v["requests"] == 8 for v in g["by"].values())
     for cat, f in g["by"].items():
         mine = [r for r in recs if r.category == cat]
         ttft = [(r.start_ns + r.chunk_ns[0] - r.origin_ns) / 1e6 for r in mine]
@@ -196,4 +196,15 @@ def test_figures_by_category_are_each_categorys_own_requests(tmp_path, capsys):
     assert "<h4>By category</h4>" in (run_dir / "report.html").read_text()
     assert main(["compare", str(run_dir), str(run_dir)]) == 0
     titles = [line for line in capsys.readouterr().out.splitlines() if line.startswith("r vs r at level")]
-    assert titles[0].startswith("r vs r at level 4 (") and len(titles) == 1 + len(g["by"])
+    assert titles[0].startswith("r vs r at level 8 (") and len(titles) == 1 + len(g["by"])
+
+
+def test_a_sweep_over_a_dataset_sends_the_same_prompts_at_every_level_and_says_so(sim, tmp_path, capsys):
+    p = dataclasses.replace(ds_profile(sim.url, tmp_path, BUNDLED, requests=8), load=Load(concurrency=(2, 4)))
+    result = loadgate.run(p, unverified=True)
+    recs = list(read_records(result.run_dir / "records.jsonl"))
+    by_level = {lv: sorted(r.prompt_tokens_planned for r in recs if r.level == lv) for lv in (2, 4)}
+    assert by_level[2] == by_level[4] and len(by_level[2]) == 8
+    assert main(["report", str(result.run_dir)]) == 11
+    assert "every level sends these same prompts, so a level after the first may meet them in the engine's " \
+           "prefix cache" in capsys.readouterr().out
