@@ -89,6 +89,27 @@ def comparisons(run_dir: Path) -> tuple[dict[str, dict[str, FigureComparison]], 
     return out, ab
 
 
+def group_power(comps: dict[str, dict[str, FigureComparison]], settings: dict[str, Any], n_a: int,
+                n_b: int) -> str | None:
+    """Where groups were compared but no group could be called regressed with these runs: the
+    smallest p-value the rank test gives `n_a` against `n_b` runs (complete separation) is not below
+    the groups' alpha. Says how many pairs would do; None when they can (or there are no groups)."""
+    from math import comb
+
+    levels = {k.split(GROUP_SEP)[0] for k in comps if is_group(k)}
+    if not levels or min(n_a, n_b) < 2:
+        return None
+    most = max(sum(1 for k in comps if is_group(k) and k.split(GROUP_SEP)[0] == lv) for lv in levels)
+    alpha = settings["alpha"] / max(1, len(settings["decide_on"])) / most
+    smallest = 2 / comb(n_a + n_b, n_a)
+    if smallest < alpha:
+        return None
+    pairs = next(n for n in range(2, 200) if 2 / comb(2 * n, n) < alpha)
+    return (f"by group: no group can be called regressed with {n_a} and {n_b} runs: each is tested at alpha "
+            f"{alpha:.2g} ({settings['alpha']} over {len(settings['decide_on'])} deciding figures and {most} groups), "
+            f"and the smallest p-value of these runs is {smallest:.2g}; ab.pairs: {pairs} can")
+
+
 def regressed_in(comps: dict[str, dict[str, FigureComparison]], decide_on: list[str]) -> list[str]:
     """The levels and groups (their keys) whose deciding figures say the candidate regressed."""
     return [k for k, c in comps.items() if overall(c, decide_on) == "regressed"]

@@ -195,6 +195,7 @@ class LevelSummary:
 
 
 GROUP_FIELDS = ("category",)
+NO_GROUP = "(none)"  # the group of the records that have no value for the field
 """Record fields the figures are broken down by (the conversation, capacity and scale-out work adds
 turn, time slice and endpoint)."""
 
@@ -206,12 +207,14 @@ def group_figures(records: list[Record], window_s: float | None, counters: dict[
     record has a value for any of them."""
     out: dict[str, Any] = {}
     for name in GROUP_FIELDS:
-        values = sorted({v for r in records if (v := getattr(r, name)) is not None})
-        if not values:
+        parts: dict[str, list[Record]] = {}
+        for r in records:  # records without a value: their own group, so the groups cover the level
+            parts.setdefault(getattr(r, name) or NO_GROUP, []).append(r)
+        if set(parts) <= {NO_GROUP}:
             continue
         by: dict[str, Any] = {}
-        for v in values:
-            sub = [r for r in records if getattr(r, name) == v]
+        for v in sorted(parts):
+            sub = parts[v]
             s = summarize(sub)
             by[v] = {"requests": s["requests"], "succeeded": s["succeeded"], "failed": s["failed"],
                      "errors": s["errors"], "metrics": s["metrics"], "throughput": throughput_over(sub, window_s),

@@ -135,6 +135,9 @@ class Dataset:
                 return [(hi, f"must be >= {lo} ({a}), got {b}")]
         if self.format == "trace" and (self.filters or self.lengths != "dataset"):
             return [("format", "a trace sets its own lengths: no length filters, lengths: dataset")]
+        if self.lengths == "profile" and self.filters:
+            return [(next(iter(self.filters)), "length filters judge a row's own lengths: not with lengths: profile, "
+                     "which sets them")]
         return []
 
 

@@ -131,6 +131,8 @@ class _TraceRequests:
                 raise UsageError(f"{where}: prompt: expected a string")
         else:
             raise UsageError(f"{where}: needs input_len, prompt_ids, prompt or messages")
+        if obj.get("category") is not None and not isinstance(obj["category"], str):
+            raise UsageError(f"{where}: category: a category is a name (text), got {type(obj['category']).__name__}")
         return obj
 
     def get(self, k: int) -> dict[str, Any]:
@@ -150,6 +152,8 @@ class _TraceRequests:
             req["messages"] = tuple(obj["messages"])
         else:
             req["prompt_text"] = obj["prompt"]
+        if isinstance(obj.get("category"), str) and obj["category"]:
+            req["category"] = obj["category"]
         return req
 
 
@@ -230,6 +234,12 @@ def check_source(profile: Profile) -> None:
     if profile.workload.source is None:
         return
     if has_trace(profile):
+        ds = profile.workload.source
+        assert ds is not None
+        if ds.filters or ds.lengths != "dataset" or ds.fields != type(ds.fields)():
+            raise UsageError(f"{profile.resolve(ds.path)}: its first line states lengths (or ids), so it is read as a "
+                             "trace, which takes no length filters, lengths: profile or fields; give lines without "
+                             "input_len, prompt_ids, output_len and max_tokens, or set format: jsonl")
         trace_of(profile)
     else:
         open_rows(profile)
@@ -292,7 +302,7 @@ class Plan(Sequence[PlannedRequest]):
         if self.trace is not None:
             t = self.trace.get(k)
             return PlannedRequest(i, False, t.get("prompt_ids"), t["output_len"], off,
-                                  t.get("prompt_text"), t.get("messages"))
+                                  t.get("prompt_text"), t.get("messages"), category=t.get("category"))
         return PlannedRequest(i, False, self.measured.prompt(k), int(self.measured.osl[k]), off)
 
     def warmup_requests(self) -> range:

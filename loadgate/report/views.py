@@ -110,6 +110,8 @@ def render_ab(j: Judgement, fmt: str) -> str:
                  f"alpha {st['alpha']}")
     if fmt in ("table", "markdown"):
         text += "".join("\n" + line for line in ab_stamps(info))
+        if j.ab_settings and (power := ab.group_power(comps, j.ab_settings, n_a, n_b)):
+            text += "\n" + power
     return text
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from loadgate.analysis.specdec import contamination, from_counters, from_records, per_request_steps, reconcile
@@ -69,3 +71,36 @@ def test_failed_requests_are_not_pooled_and_reconcile_flags_disagreement():
     assert agg["requests"] == 1 and agg["acceptance_length"] == 2.0
     assert reconcile(agg, {"acceptance_length": 2.0})["agree"]
     assert not reconcile(agg, {"acceptance_length": 2.5})["agree"]
+
+
+def test_requests_without_a_category_are_a_group_so_the_groups_add_up_to_the_counters():
+    """Of three speculative requests only two name a category: the third is group "(none)", and the
+    groups' accepted tokens and verify steps then sum to the level's counter deltas."""
+    from loadgate.analysis.summary import NO_GROUP, group_figures
+    from tests.recs import make_record
+
+    def rec(i: int, cat: str | None, steps: int, acc: int) -> Any:
+        return make_record(i=i, end_ns=10_000_000, chunk_tokens=[1 + acc // steps] * steps, category=cat,
+                           spec={"source": "vllm", "verify_steps": steps, "accepted": acc})
+
+    recs = [rec(0, "code", 4, 6), rec(1, "prose", 5, 2), rec(2, None, 3, 3)]
+    counters = {"engine": "vllm", "drafts": 12.0, "accepted": 11.0, "draft_tokens": None}
+    g = group_figures(recs, 0.01, counters)
+    assert g is not None
+    by = g["category"]["by"]
+    assert sorted(by) == sorted(["code", "prose", NO_GROUP]) and by[NO_GROUP]["requests"] == 1
+    au = g["category"]["acceptance_adds_up"]
+    assert au["agree"] and au["values"]["accepted"] == [11, 11.0] and au["values"]["verify_steps"] == [12, 12.0]
+    assert group_figures([rec(0, None, 2, 2)], 0.01, counters) is None  # no category at all: no groups
+
+
+def test_the_groups_alpha_says_when_no_group_could_be_called_regressed_and_how_many_pairs_can():
+    from loadgate.analysis.ab import group_power
+
+    comps: dict[str, Any] = {"4": {}, "4 · category a": {}, "4 · category b": {}}
+    five = {"alpha": 0.05, "decide_on": ["output_throughput", "ttft.p50", "itl.p50", "e2e.p50", "e2e.p99"]}
+    line = group_power(comps, five, 5, 5)
+    assert line is not None and "alpha 0.005 (0.05 over 5 deciding figures and 2 groups)" in line
+    assert "smallest p-value of these runs is 0.0079" in line and line.endswith("ab.pairs: 6 can")
+    assert group_power(comps, {"alpha": 0.05, "decide_on": ["ttft.p50"]}, 5, 5) is None  # 0.0079 < 0.025
+    assert group_power({"4": {}}, five, 5, 5) is None  # no groups

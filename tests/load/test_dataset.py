@@ -158,8 +158,10 @@ def test_the_format_is_told_by_the_name_and_a_jsonl_trace_by_its_first_line(tmp_
     ds = Dataset(path="x")
     (tmp_path / "t.jsonl").write_text('{"input_len": 5, "output_len": 3}\n')
     (tmp_path / "p.jsonl").write_text('{"prompt": "hi", "output_len": 3}\n')
+    (tmp_path / "c.jsonl").write_text('{"prompt": "hi", "completion": "there"}\n')
     assert detect_format(ds, tmp_path / "t.jsonl") == "trace"
-    assert detect_format(ds, tmp_path / "p.jsonl") == "jsonl"
+    assert detect_format(ds, tmp_path / "p.jsonl") == "trace"  # it states its output length
+    assert detect_format(ds, tmp_path / "c.jsonl") == "jsonl"
     assert detect_format(ds, tmp_path / "a.json") == "sharegpt"
     with pytest.raises(UsageError, match=r"a\.csv: cannot tell the dataset's format .* set workload\.dataset\.format"):
         detect_format(ds, tmp_path / "a.csv")
@@ -294,3 +296,119 @@ def test_reading_a_100k_row_parquet_file_of_200_mb_raises_rss_by_at_most_100_mb(
     rows, drawn, grew = bench.measure(path, 100)
     assert (rows, drawn) == (100_000, 100)
     assert grew <= 100 * 10**6, f"peak RSS grew {grew / 2**20:.1f} MiB"
+
+
+def test_a_jsonl_file_whose_first_line_states_lengths_is_a_trace_and_keeps_its_categories(tmp_path):
+    from loadgate.load.plan import check_source
+
+    (tmp_path / "t.jsonl").write_text(
+        '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "category": "chat"}\n'
+        '{"prompt": "a b c", "output_len": 3}\n')
+    p = profile(tmp_path / "t.jsonl", api="openai-chat")
+    assert detect_format(p.workload.source, tmp_path / "t.jsonl") == "trace"  # type: ignore[arg-type]
+    check_source(p)
+    plan = build_plan(dataclasses.replace(p, workload=dataclasses.replace(p.workload, requests=2)), [1, 2, 3])
+    assert [r.category for r in plan] == ["chat", None] and [r.output_len for r in plan] == [4, 3]
+    filtered = dataclasses.replace(p, workload=dataclasses.replace(
+        p.workload, tokenizer="server", dataset=Dataset(path=str(tmp_path / "t.jsonl"), max_input_len=9)))
+    with pytest.raises(UsageError, match=r"t\.jsonl: its first line states lengths \(or ids\), so it is read as a trace"):
+        check_source(filtered)
+    (tmp_path / "b.jsonl").write_text('{"prompt": "x", "output_len": 3, "category": ["a"]}\n')
+    with pytest.raises(UsageError, match=r"b\.jsonl:1: category: a category is a name \(text\), got list"):
+        check_source(profile(tmp_path / "b.jsonl"))
+
+
+@pytest.mark.parametrize("obj,message", [
+    ({"prompt": "x", "category": ["a", "b"]}, "w: category: a category is a name (text), got list"),
+    ({"prompt": 12}, "w: prompt: expected the prompt's text, got int"),
+])
+def test_a_category_or_prompt_of_the_wrong_type_is_one_line(obj, message):
+    with pytest.raises(UsageError) as e:
+        to_row(obj, DatasetFields(), "w")
+    assert e.value.message == message
+    assert to_row({"prompt": "x", "category": 3}, DatasetFields(), "w").category == "3"
+    assert to_row({"prompt": "x", "category": ""}, DatasetFields(), "w").category is None
+
+
+def test_arrow_files_with_other_columns_or_a_cut_stream_are_one_line(tmp_path):
+    import pyarrow as pa
+
+    folder = write_arrow_folder(tmp_path / "a", ROWS[:8])
+    other = pa.table({"prompt": ["x"]})
+    with pa.OSFile(str(folder / "data-00001-of-00002.arrow"), "wb") as sink, pa.ipc.new_stream(sink, other.schema) as w:
+        w.write_table(other)
+    with pytest.raises(UsageError, match=r"data-00001-of-00002\.arrow: its columns \(prompt\) are not those of "
+                                         r"data-00000-of-00002\.arrow"):
+        rows_of(profile(folder, api="openai-chat"))
+    cut = write_arrow_folder(tmp_path / "c", ROWS[:8])
+    f = cut / "data-00000-of-00002.arrow"
+    f.write_bytes(f.read_bytes()[:-700])
+    with pytest.raises(UsageError, match=r"data-00000-of-00002\.arrow: (cannot read|not an Arrow IPC file)"):
+        rows_of(profile(cut, api="openai-chat"))
+
+
+def test_length_filters_are_refused_with_lengths_shaped_to_the_profile(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("workload:\n  dataset: {path: d.jsonl, lengths: profile, max_input_len: 256}\n")
+    from loadgate.config.profile import load_profile
+    from loadgate.errors import ProfileError
+
+    with pytest.raises(ProfileError, match=r"workload\.dataset\.max_input_len: length filters judge a row's own "
+                                           r"lengths: not with lengths: profile"):
+        load_profile(p)
+
+
+def test_a_server_whose_tokenize_renders_no_chat_says_to_use_a_local_tokenizer():
+    """llama-server answers /tokenize with messages as {"tokens": []}: no count of 0, a one-line error."""
+    from aiohttp import ClientSession, web
+
+    from loadgate.errors import EngineError
+    from loadgate.load.workload.dataset import ServerCounter
+
+    async def go() -> str:
+        app = web.Application()
+        async def tokenize(request: web.Request) -> web.Response:
+            return web.json_response({"tokens": []})
+
+        app.router.add_post("/tokenize", tokenize)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            async with ClientSession() as s:
+                with pytest.raises(EngineError) as e:
+                    await ServerCounter(s, f"http://127.0.0.1:{port}", "m", "openai-chat").chat_ids(
+                        [{"role": "user", "content": "hi"}])
+                return e.value.message
+        finally:
+            await runner.cleanup()
+
+    msg = asyncio.run(go())
+    assert msg == ("/tokenize of chat messages answered no token ids; this server's /tokenize does not render chat "
+                   "messages: give workload.tokenizer a local tokenizer with the model's chat template")
+
+
+def test_shaping_a_chat_drops_whole_exchanges_so_the_turns_still_alternate(tmp_path):
+    """A multi-turn row cut to fewer tokens than its earlier turns: the oldest user turn goes with
+    the assistant's answer to it, the last user turn is cut to fit (the simulator's tokenizer,
+    exported as a Hugging Face one)."""
+    from loadgate.load.workload.dataset import LocalCounter, _make
+    from loadgate.load.workload.hf import HFTokenizer
+    from loadgate.sim.hf_export import write_hf_tokenizer
+
+    tok = LocalCounter(HFTokenizer.load(write_hf_tokenizer(4096, tmp_path / "tok")))
+    row = next(expected(r, "jsonl") for r in ROWS if r["category"] == "multi_turn_chat")
+    msgs = list(row.messages or ())
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user"]
+
+    def overhead(ms: list[dict[str, Any]]) -> int:  # the template and the turns before the last
+        return len(asyncio.run(tok.chat_ids(ms))) - len(asyncio.run(tok.text_ids(ms[-1]["content"], False)))
+
+    o3, o2 = overhead(msgs), overhead(msgs[1:])
+    assert o2 + 10 < o3
+    want = (o2 + o3) // 2  # more than [assistant, last user] needs, less than the whole conversation
+    req = asyncio.run(_make(row, 0, tok, True, want, 16))
+    assert req.messages is not None and [m["role"] for m in req.messages] == ["user"]
+    assert req.counted_len == len(asyncio.run(tok.chat_ids(list(req.messages)))) and abs(req.counted_len - want) <= 3

@@ -57,6 +57,7 @@ PROMPT_NAMES = ("prompt", "text", "instruction")
 COMPLETION_NAMES = ("completion", "response", "output")
 TRACE_KEYS = ("input_len", "prompt_ids", "output_len", "max_tokens")
 _HUMAN, _BOT = ("human", "user"), ("gpt", "assistant", "chatgpt", "bard", "bing", "model")
+MAX_CATEGORIES = 64  # figures by category: each one's percentiles, and an A/B test of each
 _BATCH = 128  # rows per pyarrow record batch (fewer: less memory held between batches, 1024 held ~35 MiB more)
 
 
@@ -99,9 +100,8 @@ def detect_format(ds: Dataset, path: Path) -> str:
                         first = orjson.loads(line)
                     except orjson.JSONDecodeError:
                         return "jsonl"  # its reader names the line
-                    prompt_keys = ("messages", "conversations", *PROMPT_NAMES)
-                    trace = isinstance(first, dict) and any(k in first for k in TRACE_KEYS) \
-                        and not any(k in first for k in prompt_keys[1:])
+                    # one rule: a line that states its lengths (or ids) is a trace's
+                    trace = isinstance(first, dict) and any(k in first for k in TRACE_KEYS)
                     return "trace" if trace else "jsonl"
         return "jsonl"
     raise UsageError(f"{path}: cannot tell the dataset's format from its name: set workload.dataset.format "
@@ -226,8 +226,11 @@ class _Columns:
             names, self.n = [], 0
             for f in self.files:
                 schema, batches = self._open(f)
-                names = names or list(schema.names)
-                self.n += sum(b.num_rows for b in batches)
+                if names and list(schema.names) != names:
+                    raise UsageError(f"{f}: its columns ({', '.join(schema.names)}) are not those of "
+                                     f"{self.files[0].name} ({', '.join(names)})")
+                names = list(schema.names)
+                self.n += sum(b.num_rows for b in self._guarded(f, batches))
         self.columns = columns_for(fields, names, path)
 
     @staticmethod
@@ -263,6 +266,13 @@ class _Columns:
     def __len__(self) -> int:
         return int(self.n)
 
+    def _guarded(self, f: Path, batches: Iterator[Any]) -> Iterator[Any]:
+        """`batches`, a damaged file's read error as one line naming it."""
+        try:
+            yield from batches
+        except (OSError, self.pa.ArrowException) as e:
+            raise UsageError(f"{f}: cannot read: {e}") from None
+
     def _batches(self, wanted: set[int] | None) -> Iterator[tuple[int, Any]]:
         """(index of its first row, batch) of every batch (parquet: of the row groups holding a
         `wanted` row only)."""
@@ -272,16 +282,19 @@ class _Columns:
             bounds = [0]
             for g in range(meta.num_row_groups):
                 bounds.append(bounds[-1] + meta.row_group(g).num_rows)
-            groups = [g for g in range(meta.num_row_groups)
-                      if wanted is None or any(bounds[g] <= k < bounds[g + 1] for k in wanted)]
+            import bisect
+
+            groups = (list(range(meta.num_row_groups)) if wanted is None else
+                      sorted({bisect.bisect_right(bounds, k) - 1 for k in wanted}))
             for g in groups:
                 start = bounds[g]
-                for b in self.pq.iter_batches(batch_size=_BATCH, row_groups=[g], columns=self.columns):
+                for b in self._guarded(self.path, self.pq.iter_batches(batch_size=_BATCH, row_groups=[g],
+                                                                       columns=self.columns)):
                     yield start, b
                     start += b.num_rows
             return
         for f in self.files:
-            for b in self._open(f)[1]:
+            for b in self._guarded(f, self._open(f)[1]):
                 yield start, b.select(self.columns)
                 start += b.num_rows
 
@@ -351,7 +364,9 @@ def to_row(obj: Any, fields: DatasetFields, where: str) -> Row:
         raise UsageError(f"{where}: expected an object (a JSON object, a table row), got {type(obj).__name__}")
     cand = _candidates(fields)
     cat = next((obj[k] for k in cand["category"] if obj.get(k) is not None), None)
-    category = None if cat is None else str(cat)
+    if cat is not None and (isinstance(cat, bool) or not isinstance(cat, str | int)):
+        raise UsageError(f"{where}: {cand['category'][0]}: a category is a name (text), got {type(cat).__name__}")
+    category = None if cat is None or cat == "" else str(cat)
     completion = next((t for k in cand["completion"] if (t := _text(obj.get(k))) is not None), None)
     for k in cand["conversations"]:
         turns = obj.get(k)
@@ -392,6 +407,8 @@ def to_row(obj: Any, fields: DatasetFields, where: str) -> Row:
     for k in cand["prompt"]:
         if (t := _text(obj.get(k))) is not None:
             return Row(t, None, completion, category)
+        if obj.get(k) is not None and not isinstance(obj[k], str):
+            raise UsageError(f"{where}: {k}: expected the prompt's text, got {type(obj[k]).__name__}")
     wanted = [n for role in ("conversations", "messages", "prompt") for n in cand[role]]
     raise UsageError(f"{where}: needs one of {', '.join(wanted)} (fields present: "
                      f"{', '.join(map(str, obj)) or 'none'}); map yours with workload.dataset.fields")
@@ -520,14 +537,18 @@ class ServerCounter:
     @staticmethod
     def _ids(answer: dict[str, Any], what: str) -> list[int]:
         ids = answer.get("tokens")
-        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
             from loadgate.errors import EngineError
 
-            raise EngineError(f"/tokenize of {what} answered no token ids")
+            hint = ("; this server's /tokenize does not render chat messages: give workload.tokenizer a local "
+                    "tokenizer with the model's chat template" if what == "chat messages" else "")
+            raise EngineError(f"/tokenize of {what} answered no token ids{hint}")
         return ids
 
     async def text_ids(self, text: str, special: bool) -> list[int]:
-        body = self.adapter.tokenize_body(self.model, text, None if special else False)
+        # special: what the engine adds to a text prompt (its BOS), asked for explicitly (llama-server's
+        # /tokenize leaves it out unless asked, its completion route adds it)
+        body = self.adapter.tokenize_body(self.model, text, special)
         return self._ids(await self._post("tokenize", body), "a dataset prompt")
 
     async def chat_ids(self, messages: list[dict[str, Any]]) -> list[int]:
@@ -583,7 +604,8 @@ class Prepared:
 
 
 def _fit(ids: list[int], n: int) -> list[int]:
-    """`ids` cut to `n`, or repeated until they are `n` long."""
+    """`ids` cut to `n`, or repeated until they are `n` long (`ids` not empty)."""
+    assert ids, "a prompt of no tokens cannot be shaped"
     if len(ids) >= n:
         return ids[:n]
     return (ids * (n // len(ids) + 1))[:n]
@@ -617,9 +639,12 @@ async def _make(row: Row, k: int, counter: Counter | None, chat_api: bool, want_
             template = n - len(own)  # the template and the earlier messages
             if template < want_in or len(chat) == 1:
                 break
-            # the conversation before the last message alone is too long: its oldest turn goes
+            # the conversation before the last message alone is too long: its oldest exchange goes
+            # (a user turn and the assistant's answer to it, so the turns still alternate)
             drop = next((j for j, m in enumerate(chat[:-1]) if m["role"] != "system"), 0)
             del chat[drop]
+            if drop < len(chat) - 1 and chat[drop]["role"] == "assistant":
+                del chat[drop]
             n = len(await counter.chat_ids(chat))
         chat[-1] = {**chat[-1], "content": await counter.text(_fit(own or [0], max(1, want_in - template)))}
         n = len(await counter.chat_ids(chat))
@@ -653,8 +678,13 @@ async def prepare(profile: Profile, rows: Rows, counter: Counter | None) -> Prep
     order = rows.order(profile.seed)
     taken: list[DatasetRequest] = []
     pos = skipped = 0
+    grow = 1
     while len(taken) < n and pos < len(order):
-        chunk = [int(k) for k in order[pos:pos + max(2 * (n - len(taken)), 64)]]
+        # without filters every drawn row is taken: count only those; with them, twice what is
+        # missing and more each pass (each pass reads the file again)
+        size = (n - len(taken)) if not ds.filters else max(2 * (n - len(taken)), 64) * grow
+        grow *= 4
+        chunk = [int(k) for k in order[pos:pos + size]]
         pos += len(chunk)
         got = rows.fetch(chunk)
         base = len(taken)
@@ -671,6 +701,11 @@ async def prepare(profile: Profile, rows: Rows, counter: Counter | None) -> Prep
     if not taken:
         raise UsageError(f"{rows.path}: no row of {len(rows)} passes the length filters "
                          f"({', '.join(f'{k} {v}' for k, v in ds.filters.items())})")
+    cats = {r.category for r in taken if r.category is not None}
+    if len(cats) > MAX_CATEGORIES:
+        raise UsageError(f"{rows.path}: {len(cats)} categories among the drawn rows (at most {MAX_CATEGORIES}): a "
+                         "category groups requests in the figures; map workload.dataset.fields.category to a field "
+                         "with few values")
     distinct = min(len(taken), n)
     reqs = [taken[j % distinct] for j in range(n)]  # rows run out: again in the same order
     counted = counter is not None
