@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from loadgate.load.transport import Conn, Pool
 
@@ -31,3 +32,21 @@ async def sent_to(serve: Callable[[socket.socket], None]) -> AsyncIterator[Conn]
         pool.close()
         th.join(5)
         lsock.close()
+
+
+@contextlib.asynccontextmanager
+async def json_routes(routes: dict[str, Callable[[Any], Awaitable[Any]]]) -> AsyncIterator[str]:
+    """An aiohttp server on loopback answering POSTs to `routes` (path -> handler); yields its base URL."""
+    from aiohttp import web
+
+    app = web.Application()
+    for path, handler in routes.items():
+        app.router.add_post(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()

@@ -18,6 +18,7 @@ import yaml
 
 from loadgate.cli import main
 from loadgate.jsonutil import load_json
+from tests.loopback import json_routes
 from tests.profiles import LAX_HEALTH
 
 SIM = {"decode_step_us": 1000, "decode_us_per_seq": 5, "prefill_us_per_token": 0.5}
@@ -134,21 +135,12 @@ def test_the_tools_check_judges_each_shape_of_answer_in_one_line(status, answer,
         return web.json_response({"choices": [{"message": {"role": "assistant", "tool_calls": [call]}}]})
 
     async def go() -> Any:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        spec = SimpleNamespace(model="m", timeout_s=10.0, headers={})
-        sender = SimpleNamespace(targets={"chat": SimpleNamespace(url=f"http://127.0.0.1:{port}/v1/chat/completions",
-                                                                   spec=spec)}, sampling=SimpleNamespace(seed=0))
-        try:
+        async with json_routes({"/v1/chat/completions": chat}) as base:
+            spec = SimpleNamespace(model="m", timeout_s=10.0, headers={})
+            sender = SimpleNamespace(targets={"chat": SimpleNamespace(url=f"{base}/v1/chat/completions",
+                                                                       spec=spec)}, sampling=SimpleNamespace(seed=0))
             async with aiohttp.ClientSession() as session:
                 return await check_tools(_Probe(sender, session, lambda: None, "t"))  # type: ignore[arg-type]
-        finally:
-            await runner.cleanup()
 
     c = asyncio.run(go())
     assert c.status == want and says in c.detail, c

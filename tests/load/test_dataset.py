@@ -364,26 +364,16 @@ def test_a_server_whose_tokenize_renders_no_chat_says_to_use_a_local_tokenizer()
 
     from loadgate.errors import EngineError
     from loadgate.load.workload.dataset import ServerCounter
+    from tests.loopback import json_routes
+
+    async def tokenize(request: web.Request) -> web.Response:
+        return web.json_response({"tokens": []})
 
     async def go() -> str:
-        app = web.Application()
-        async def tokenize(request: web.Request) -> web.Response:
-            return web.json_response({"tokens": []})
-
-        app.router.add_post("/tokenize", tokenize)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        try:
-            async with ClientSession() as s:
-                with pytest.raises(EngineError) as e:
-                    await ServerCounter(s, f"http://127.0.0.1:{port}", "m", "openai-chat").chat_ids(
-                        [{"role": "user", "content": "hi"}])
-                return e.value.message
-        finally:
-            await runner.cleanup()
+        async with json_routes({"/tokenize": tokenize}) as base, ClientSession() as s:
+            with pytest.raises(EngineError) as e:
+                await ServerCounter(s, base, "m", "openai-chat").chat_ids([{"role": "user", "content": "hi"}])
+            return e.value.message
 
     msg = asyncio.run(go())
     assert msg == ("/tokenize of chat messages answered no token ids; this server's /tokenize does not render chat "
