@@ -52,9 +52,13 @@ def test_the_page_has_a_snippet_for_every_format_and_key():
         assert needle in text, needle
 
 
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_files(tmp_path_factory.mktemp("docs") / "profiles")
+
+
 @pytest.mark.parametrize("k", range(len(SNIPPETS)))
-def test_every_profile_in_docs_workloads_passes_validate(tmp_path, k, capsys):
-    folder = write_files(tmp_path / "profiles")
+def test_every_profile_in_docs_workloads_passes_validate(folder, k, capsys):
     p = folder / f"snippet{k}.yaml"
     p.write_text(SNIPPETS[k])
     assert main(["validate", str(p)]) == 0, capsys.readouterr().err
