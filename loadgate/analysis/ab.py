@@ -104,7 +104,7 @@ def group_power(comps: dict[str, dict[str, FigureComparison]], settings: dict[st
     smallest = 2 / comb(n_a + n_b, n_a)
     if smallest < alpha:
         return None
-    pairs = next(n for n in range(2, 200) if 2 / comb(2 * n, n) < alpha)
+    pairs = next((n for n in range(2, 1000) if 2 / comb(2 * n, n) < alpha), 1000)
     return (f"by group: no group can be called regressed with {n_a} and {n_b} runs: each is tested at alpha "
             f"{alpha:.2g} ({settings['alpha']} over {len(settings['decide_on'])} deciding figures and {most} groups), "
             f"and the smallest p-value of these runs is {smallest:.2g}; ab.pairs: {pairs} can")

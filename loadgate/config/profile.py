@@ -81,9 +81,6 @@ class SharedPrefix:
     prefix_len: int = knob(256, "tokens in each shared prefix", min=1)
 
 
-DATASET_FORMATS = ("auto", "sharegpt", "jsonl", "parquet", "arrow", "trace")
-
-
 @dataclass(frozen=True)
 class DatasetFields:
     """Which of a row's fields (JSON keys, parquet or Arrow columns) hold what; unset: the usual name

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, overload
 
 import orjson
 
-from loadgate.config.profile import Load, Profile, Workload
+from loadgate.config.profile import DatasetFields, Load, Profile, Workload
 from loadgate.engine.adapters import is_chat
 from loadgate.errors import UsageError
-from loadgate.load.workload.dataset import has_trace, open_rows
+from loadgate.load.workload.dataset import JsonLines, has_trace, open_rows
 from loadgate.load.workload.lengths import draw_lengths
 
 if TYPE_CHECKING:
@@ -75,22 +75,17 @@ class _TraceRequests:
         naming the file and line, not a failure in the middle of a run."""
         self.path, self.seed, self.pool = path, seed, pool
         self.key: tuple[int, ...] = ()  # set by the plan: length-only lines draw fresh ids per round
-        self.offsets: list[int] = []
+        self.lines = JsonLines(path)  # the byte offsets of its non-empty lines
         self.first_ids_line: str | None = None  # where the first prompt_ids line is (chat APIs take none)
-        try:
-            with open(path, "rb") as f:
-                pos = 0
-                for lineno, line in enumerate(f, 1):
-                    if line.strip():
-                        self.offsets.append(pos)
-                        if "prompt_ids" in self._parse(line, f"{path}:{lineno}") and self.first_ids_line is None:
-                            self.first_ids_line = f"{path}:{lineno}"
-                    pos += len(line)
-        except OSError as e:
-            raise UsageError(f"{path}: cannot read trace: {e.strerror}") from None
-        if not self.offsets:
+        for k, line in self.lines.raw():
+            if "prompt_ids" in self._parse(line, self._where(k)) and self.first_ids_line is None:
+                self.first_ids_line = self._where(k)
+        if not len(self.lines):
             raise UsageError(f"{path}: trace has no requests")
-        self.n = len(self.offsets) if n is None else n
+        self.n = len(self.lines) if n is None else n
+
+    def _where(self, k: int) -> str:
+        return f"{self.path}:{self.lines.number(k)}"
 
     def __len__(self) -> int:
         return self.n
@@ -138,9 +133,8 @@ class _TraceRequests:
     def get(self, k: int) -> dict[str, Any]:
         import numpy as np
 
-        with open(self.path, "rb") as f:
-            f.seek(self.offsets[k % len(self.offsets)])
-            obj = self._parse(f.readline(), str(self.path))
+        j = k % len(self.lines)
+        obj = self._parse(next(line for _, line in self.lines.raw({j})), self._where(j))
         req: dict[str, Any] = {"output_len": obj["output_len"]}
         if "prompt_ids" in obj:
             req["prompt_ids"] = tuple(obj["prompt_ids"])
@@ -236,7 +230,7 @@ def check_source(profile: Profile) -> None:
     if has_trace(profile):
         ds = profile.workload.source
         assert ds is not None
-        if ds.filters or ds.lengths != "dataset" or ds.fields != type(ds.fields)():
+        if ds.filters or ds.lengths != "dataset" or ds.fields != DatasetFields():
             raise UsageError(f"{profile.resolve(ds.path)}: its first line states lengths (or ids), so it is read as a "
                              "trace, which takes no length filters, lengths: profile or fields; give lines without "
                              "input_len, prompt_ids, output_len and max_tokens, or set format: jsonl")

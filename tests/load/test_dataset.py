@@ -402,3 +402,14 @@ def test_shaping_a_chat_drops_whole_exchanges_so_the_turns_still_alternate(tmp_p
     req = asyncio.run(_make(row, 0, tok, True, want, 16))
     assert req.messages is not None and [m["role"] for m in req.messages] == ["user"]
     assert req.counted_len == len(asyncio.run(tok.chat_ids(list(req.messages)))) and abs(req.counted_len - want) <= 3
+
+
+def test_a_prompt_a_local_tokenizer_gives_no_tokens_is_one_line_not_a_shaping_assertion(tmp_path):
+    from loadgate.load.workload.dataset import LocalCounter
+    from loadgate.load.workload.hf import HFTokenizer
+    from loadgate.sim.hf_export import write_hf_tokenizer
+
+    tok = LocalCounter(HFTokenizer.load(write_hf_tokenizer(4096, tmp_path / "tok")))
+    with pytest.raises(UsageError, match=r"tok: a dataset prompt has no tokens: ''"):
+        asyncio.run(tok.text_ids("", True))
+    assert asyncio.run(tok.text_ids("", False)) == []  # a reply of no tokens: the profile's output length

@@ -93,17 +93,18 @@ def detect_format(ds: Dataset, path: Path) -> str:
     if suffix == ".arrow":
         return "arrow"
     if suffix in (".jsonl", ".ndjson"):
-        with open(path, "rb") as f:
-            for line in f:
-                if line.strip():
-                    try:
-                        first = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        return "jsonl"  # its reader names the line
-                    # one rule: a line that states its lengths (or ids) is a trace's
-                    trace = isinstance(first, dict) and any(k in first for k in TRACE_KEYS)
-                    return "trace" if trace else "jsonl"
-        return "jsonl"
+        try:
+            with open(path, "rb") as f:
+                line = next((x for x in f if x.strip()), b"")
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+        try:
+            first = orjson.loads(line) if line else None
+        except orjson.JSONDecodeError:
+            return "jsonl"  # its reader names the line
+        # one rule: a line that states its lengths (or ids) is a trace's
+        trace = isinstance(first, dict) and any(k in first for k in TRACE_KEYS)
+        return "trace" if trace else "jsonl"
     raise UsageError(f"{path}: cannot tell the dataset's format from its name: set workload.dataset.format "
                      "(sharegpt, jsonl, parquet, arrow or trace)")
 
@@ -153,7 +154,10 @@ class _JsonArray:
         return k + 1
 
 
-class _JsonLines:
+class JsonLines:
+    """A JSONL file's non-empty lines, indexed by byte offset (8 bytes each), read again when asked
+    for (datasets here, traces in `loadgate.load.plan`)."""
+
     unit = "line"
 
     def __init__(self, path: Path) -> None:
@@ -182,18 +186,26 @@ class _JsonLines:
         except orjson.JSONDecodeError:
             raise UsageError(f"{self.path}: line {self.number(k)}: not a JSON object") from None
 
+    def raw(self, wanted: set[int] | None = None) -> Iterator[tuple[int, bytes]]:
+        """(index, bytes) of every non-empty line, or of those `wanted`, in file order."""
+        try:
+            with open(self.path, "rb") as f:
+                if wanted is None:
+                    k = 0
+                    for line in f:
+                        if line.strip():
+                            yield k, line
+                            k += 1
+                    return
+                for k in sorted(wanted):
+                    f.seek(int(self.offsets[k]))
+                    yield k, f.readline()
+        except OSError as e:
+            raise UsageError(f"{self.path}: cannot read: {e.strerror}") from None
+
     def scan(self, wanted: set[int] | None = None) -> Iterator[tuple[int, Any]]:
-        with open(self.path, "rb") as f:
-            if wanted is None:
-                k = 0
-                for line in f:
-                    if line.strip():
-                        yield k, self._parse(k, line)
-                        k += 1
-                return
-            for k in sorted(wanted):
-                f.seek(int(self.offsets[k]))
-                yield k, self._parse(k, f.readline())
+        for k, line in self.raw(wanted):
+            yield k, self._parse(k, line)
 
     def number(self, k: int) -> int:
         return int(self.lines[k])
@@ -430,7 +442,7 @@ class Rows:
         if fmt == "sharegpt":
             src = _JsonArray(path)
         elif fmt == "jsonl":
-            src = _JsonLines(path)
+            src = JsonLines(path)
         else:
             src = _Columns(path, fmt, ds.fields)
         self.src = src
@@ -504,7 +516,10 @@ class LocalCounter:
         self.tok = tok
 
     async def text_ids(self, text: str, special: bool) -> list[int]:
-        return list(self.tok.encode(text))
+        ids = list(self.tok.encode(text))
+        if not ids and special:  # a prompt (a reply of no tokens takes workload.output_len)
+            raise UsageError(f"{self.tok.path}: a dataset prompt has no tokens: {text[:60]!r}")
+        return ids
 
     async def chat_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         from loadgate.load.workload.hf import TemplateError
@@ -706,7 +721,7 @@ async def prepare(profile: Profile, rows: Rows, counter: Counter | None) -> Prep
         raise UsageError(f"{rows.path}: {len(cats)} categories among the drawn rows (at most {MAX_CATEGORIES}): a "
                          "category groups requests in the figures; map workload.dataset.fields.category to a field "
                          "with few values")
-    distinct = min(len(taken), n)
+    distinct = len(taken)
     reqs = [taken[j % distinct] for j in range(n)]  # rows run out: again in the same order
     counted = counter is not None
     meta = {"path": str(rows.path), "format": rows.format, "rows": len(rows), "distinct_rows": distinct,
