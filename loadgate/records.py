@@ -6,8 +6,8 @@ run. All times are integer nanoseconds of `time.perf_counter_ns()` relative to t
 `t0_ns` (kept in `meta.json`). In memory a record is a `Record`; on disk it is that dataclass's
 fields as JSON, in order.
 
-Schema version 6 — fields of one record:
-  v                  schema version (6)
+Schema version 7 — fields of one record:
+  v                  schema version (7)
   i                  index in the request plan (warmup requests first)
   warmup             true for warmup requests (excluded from every figure)
   level              the load level this request belongs to: concurrency (closed loop) or rate
@@ -55,13 +55,21 @@ Schema version 6 — fields of one record:
                      comes from the output ids where the stream had them, else it is null and
                      the request unverified (new in v5)
   category           the request's group (a dataset row's category field) or null (new in v6)
+  reasoning_tokens   tokens the engine streamed as reasoning (`reasoning_content` / `reasoning`
+                     deltas) before or between answer tokens; null where the response carried
+                     none, or the API has no reasoning field (new in v7)
+  answer_chunk       index in chunk_ns of the first chunk carrying answer tokens; null when no
+                     chunk did (all reasoning, or no chunks); records without reasoning have 0
+                     where they have chunks (new in v7)
 
+Version 6 had the same fields less `reasoning_tokens` and `answer_chunk` (read as null and, where
+the record has chunks, 0: every chunk counted as answer; the chat adapter read only `content`).
 Version 5 had the same fields less `category` (read as null).
 Version 4 had the same fields less `counts_received` (read as null).
 Version 3 had the same fields less `chunk_busy` (read as null: the cause is unknown).
 Version 2 had the same fields as 3 less `chunk_early_ns` and the limit error kinds (read as no bound).
 Version 1 as version 2, except that `new_connection` was absent from files written before it was
-added (read as null). `read_records` reads all six.
+added (read as null). `read_records` reads all seven.
 """
 
 from __future__ import annotations
@@ -78,8 +86,8 @@ import orjson
 from loadgate.errors import ResultsNotWritten, UsageError
 from loadgate.secrets import redact_bytes
 
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 
 # The host took at most this share of the machine's CPU time during a phase (health.json's
@@ -134,6 +142,8 @@ class Record:
     spec: SpecStats | None = None
     counts_received: dict[str, Any] | None = None  # impossible server counts, as received (new in v5)
     category: str | None = None  # the request's group (new in v6)
+    reasoning_tokens: int | None = None  # tokens streamed as reasoning (new in v7)
+    answer_chunk: int | None = None  # index of the first chunk carrying answer tokens (new in v7)
 
     @property
     def succeeded(self) -> bool:
@@ -143,6 +153,13 @@ class Record:
     def origin_ns(self) -> int:
         """Where latency counts from: the intended start (open loop), else the actual start."""
         return self.intended_ns if self.intended_ns is not None else self.start_ns
+
+    @property
+    def first_answer(self) -> int | None:
+        """Index of the first chunk with answer tokens (0 for a record older than v7 with chunks)."""
+        if self.answer_chunk is not None:
+            return self.answer_chunk
+        return 0 if self.chunk_ns and not self.reasoning_tokens else None
 
     @property
     def output_tokens(self) -> int:
@@ -155,7 +172,7 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
-        """A record from its JSON object (schema v1 to v6); KeyError/TypeError on a wrong shape."""
+        """A record from its JSON object (schema v1 to v7); KeyError/TypeError on a wrong shape."""
         err, spec = d.get("error"), d.get("spec")
         fields = {k: d[k] for k in _FIELDS if k in d}
         fields["v"] = SCHEMA_VERSION
@@ -170,7 +187,8 @@ def _is_int(x: Any) -> bool:
 
 
 _INTS = ("i", "ready_ns", "start_ns", "end_ns", "output_tokens_planned")
-_OPTIONAL_INTS = ("intended_ns", "headers_ns", "status", "prompt_tokens_planned", "prompt_tokens", "completion_tokens")
+_OPTIONAL_INTS = ("intended_ns", "headers_ns", "status", "prompt_tokens_planned", "prompt_tokens", "completion_tokens",
+                  "reasoning_tokens", "answer_chunk")
 
 
 def _check_types(f: dict[str, Any]) -> None:
@@ -195,6 +213,8 @@ def _check_types(f: dict[str, Any]) -> None:
         bad.append("counts_received")
     if f.get("category") is not None and not isinstance(f["category"], str):
         bad.append("category")
+    if not bad and f.get("answer_chunk") is not None and not 0 <= f["answer_chunk"] < len(f.get("chunk_ns", [])):
+        bad.append("answer_chunk (an index past the chunks)")
     if not bad and any(not 0 <= j < len(f.get("chunk_ns", [])) for j in f.get("chunk_busy") or []):
         bad.append("chunk_busy (an index past the chunks)")
     if bad:

@@ -181,7 +181,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     plan = build_plan(profile, pool, round_base, dataset)
     spec = target_spec(profile, e.settings, e.base, e.model, timeout_s=profile.target.timeout_s,
                        stream=profile.load.stream, pool_text=tp.text if need_text else None,
-                       prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport)
+                       prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport,
+                       request=profile.load.request)
     lv = levels(profile)
     t0 = perf_counter_ns()
     dump_json(run_dir / "meta.json", {

@@ -41,7 +41,9 @@ from loadgate.jsonutil import dump_json, load_json
 from loadgate.records import Damage
 from loadgate.runstate import read_state
 
-VERDICT_VERSION = 1
+VERDICT_VERSION = 2
+"""2: `caveats`, what the outcome does not cover (today: speed measured under sampling that no
+sampling contract backed); version 1 files read with none."""
 OUTCOME_WORDS = {"passed": "PASSED", "invalid": "INVALID", "damaged": "DAMAGED", "interrupted": "INTERRUPTED", "unverified": "UNVERIFIED", "threshold": "FAILED",
                  "regressed": "REGRESSED", "inconclusive": "INCONCLUSIVE", "exactness": "EXACTNESS FAILED",
                  "not established": "NOT ESTABLISHED", "stopped": "STOPPED",
@@ -60,6 +62,7 @@ class Verdict:
     invalid: list[str] = field(default_factory=list)
     thresholds: list[dict[str, Any]] = field(default_factory=list)
     ab_decision: str | None = None
+    caveats: list[str] = field(default_factory=list)
     v: int = VERDICT_VERSION
 
     def __post_init__(self) -> None:
@@ -70,7 +73,7 @@ class Verdict:
         """The final line: e.g. 'FAILED (exit 20): 2 threshold(s) failed: …'."""
         head = f"{OUTCOME_WORDS[self.outcome]} (exit {self.code}"
         head += f": {EXIT_CODES[self.code]})" if self.code else ")"
-        return head + (f": {self.message}" if self.message else "")
+        return head + (f": {self.message}" if self.message else "") + "".join(f"; {c}" for c in self.caveats)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,6 +117,18 @@ def _exactness_of(run_dir: Path) -> str | None:
     if d.get("passed"):
         return "passed"
     return "not established" if d.get("not_established") and not d.get("reasons") else "failed"
+
+
+def sampling_caveats(profile: dict[str, Any]) -> list[str]:
+    """What a measured run's outcome does not cover: requests sampled (`load.request.temperature`
+    above 0) where the exactness check ran no sampling contract (`exactness.sampling`), which is
+    the only check that speaks for sampled output (the scenarios replay greedy)."""
+    temp = float(((profile.get("load") or {}).get("request") or {}).get("temperature") or 0.0)
+    ex = profile.get("exactness")
+    if temp == 0.0 or (isinstance(ex, dict) and ex.get("sampling")):
+        return []
+    return [f"the requests were sampled (temperature {temp:g}) and no sampling contract (exactness.sampling) "
+            "covered sampled output: the check proved greedy output only"]
 
 
 def _decide(invalid: list[str], unverified: bool, judged: list[LevelJudgement], ab_decision: str | None,
@@ -175,7 +190,7 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     if stopped is not None:  # interrupted: the figures of what finished, and the signal's code
         code, outcome, message = stopped.code, stopped.outcome, stopped.message
     v = Verdict(code, outcome, message, "run", "not run" if summary.unverified else _exactness_of(run_dir),
-                invalid, judged_json(judged))
+                invalid, judged_json(judged), caveats=sampling_caveats(meta.get("profile") or {}))
     return Judgement(v, summary=summary, thresholds=judged)
 
 
@@ -277,7 +292,8 @@ def _judge_ab(run_dir: Path) -> Judgement:
     if mismatch and code in (0, 21, 22):
         code, outcome, message, decision = Exit.INCONCLUSIVE, Exit.INCONCLUSIVE.outcome, mismatch, "inconclusive"
     sides = ", ".join(f"{name} {_exactness_of(run_dir / f'check-{name}') or 'not run'}" for name in ab.SIDES.values())
-    v = Verdict(code, outcome, message, "ab", sides, invalid, judged_json(judged), decision)
+    v = Verdict(code, outcome, message, "ab", sides, invalid, judged_json(judged), decision,
+                caveats=sampling_caveats(profile))
     return Judgement(v, thresholds=judged, comparisons=comps, ab_settings=settings, ab_info=info,
                      side_summaries=summaries)
 

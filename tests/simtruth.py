@@ -43,7 +43,7 @@ def truth_records_like_loadgate(records: list[Record], truth: list[dict[str, Any
             continue
         t = by_id[f"{run_tag_prefix}-{r.i}"]
         start_abs = t0 + r.start_ns
-        chunks = [c for c in t["chunks"] if c["kind"] in ("tokens", "body") and c["n_tokens"] > 0]
+        chunks = [c for c in t["chunks"] if c["kind"] in ("tokens", "reasoning", "body") and c["n_tokens"] > 0]
         out.append(dataclasses.replace(r, chunk_ns=[c[stamp] - start_abs for c in chunks],
                                        chunk_tokens=[c["n_tokens"] for c in chunks], end_ns=t["end_ns"] - t0))
     return out

@@ -24,7 +24,7 @@ from loadgate.analysis.specdec import (
 )
 from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warnings
 from loadgate.config.profile import HealthBudgets
-from loadgate.core.figures import figure
+from loadgate.core.figures import FIGURES, figure
 from loadgate.documents import ABSENT, DocumentError, HealthPhase, ServerLevel
 from loadgate.engine.adapters import family_for
 from loadgate.jsonutil import load_json
@@ -49,6 +49,12 @@ class TokenCounts:
     # without a count (no ids to count them from)
     impossible_counts: int = dataclasses.field(default=0, kw_only=True)
     completion_unverified: int = dataclasses.field(default=0, kw_only=True)
+    # v7: the outputs' lengths were the model's to choose (load.request: ignore_eos false, or stop
+    # strings): completions are checked only not to exceed the plan, and their lengths as received
+    # (min, p50, p90, max, mean, distinct) and finish reasons are reported instead
+    natural_lengths: bool = dataclasses.field(default=False, kw_only=True)
+    output_lengths: dict[str, float] | None = dataclasses.field(default=None, kw_only=True)
+    finish_reasons: dict[str, int] | None = dataclasses.field(default=None, kw_only=True)
     mismatch_fraction: float
     limit: float
     examples: list[int]
@@ -61,16 +67,26 @@ class TokenCounts:
                    d.get("prompt_no_server_count", d["prompt_unverified"]), d.get("prompt_not_planned", 0),
                    d.get("completion_counts_from") or {}, d["mismatch_fraction"], d["limit"], list(d["examples"]),
                    bool(d["ok"]), impossible_counts=int(d.get("impossible_counts", 0)),
-                   completion_unverified=int(d.get("completion_unverified", 0)))
+                   completion_unverified=int(d.get("completion_unverified", 0)),
+                   natural_lengths=bool(d.get("natural_lengths", False)), output_lengths=d.get("output_lengths"),
+                   finish_reasons=d.get("finish_reasons"))
 
 
-def token_check(records: list[Record], limit: float) -> TokenCounts:
-    """Per request, the server's prompt and completion counts against the plan."""
+def token_check(records: list[Record], limit: float, natural_lengths: bool = False) -> TokenCounts:
+    """Per request, the server's prompt and completion counts against the plan. With
+    `natural_lengths` (the model may end an output early: EOS honoured, or stop strings), a
+    completion is off the plan only when it is longer than planned (max_tokens), and the lengths
+    received are reported."""
     checked = [r for r in records if r.succeeded]
     prompt_bad = [r.i for r in checked if r.prompt_tokens is not None
                   and r.prompt_tokens_planned is not None and r.prompt_tokens != r.prompt_tokens_planned]
     impossible = [r for r in checked if r.counts_received]
-    out_bad = [r.i for r in checked if r.output_tokens != r.output_tokens_planned
+
+    def off(r: Record) -> bool:
+        n = r.output_tokens
+        return n > r.output_tokens_planned if natural_lengths else n != r.output_tokens_planned
+
+    out_bad = [r.i for r in checked if off(r)
                and not (r.completion_tokens is None and "completion_tokens" in (r.counts_received or {}))]
     no_count = sum(1 for r in checked if r.prompt_tokens is None)
     unplanned = sum(1 for r in checked if r.prompt_tokens is not None and r.prompt_tokens_planned is None)
@@ -82,9 +98,35 @@ def token_check(records: list[Record], limit: float) -> TokenCounts:
         completion_from[k] = completion_from.get(k, 0) + 1
     completion_unverified = sum(1 for r in impossible if r.completion_tokens is None
                                 and "completion_tokens" in (r.counts_received or {}))
+    lengths: dict[str, float] | None = None
+    reasons: dict[str, int] | None = None
+    if natural_lengths and checked:
+        import numpy as np  # analysis imports numpy when it computes (the command line's start stays light)
+
+        got = np.array([r.output_tokens for r in checked], dtype=np.float64)
+        lengths = {"min": float(got.min()), "p50": float(np.percentile(got, 50)), "p90": float(np.percentile(got, 90)),
+                   "max": float(got.max()), "mean": float(got.mean()), "distinct": float(len(np.unique(got)))}
+        seen: dict[str, int] = {}
+        for r in checked:
+            seen[r.finish_reason or "(none)"] = seen.get(r.finish_reason or "(none)", 0) + 1
+        reasons = dict(sorted(seen.items()))
     return TokenCounts(len(checked), len(prompt_bad), len(out_bad), no_count + unplanned, no_count, unplanned,
                        completion_from, frac, limit, sorted(bad)[:10], frac <= limit,
-                       impossible_counts=len(impossible), completion_unverified=completion_unverified)
+                       impossible_counts=len(impossible), completion_unverified=completion_unverified,
+                       natural_lengths=natural_lengths, output_lengths=lengths, finish_reasons=reasons)
+
+
+def request_settings(profile: dict[str, Any]) -> dict[str, Any]:
+    """`load.request` as the run's profile (meta.json) states it, the defaults for a profile written
+    before it existed (greedy, ignore_eos, no stops, no seed)."""
+    got = (profile.get("load") or {}).get("request") or {}
+    return {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "seed": "none", "ignore_eos": True,
+            "stop": [], **got}
+
+
+def natural(settings: dict[str, Any]) -> bool:
+    """Whether output lengths were the model's to choose (see `RequestSettings.natural_lengths`)."""
+    return not settings.get("ignore_eos", True) or bool(settings.get("stop"))
 
 
 @dataclass(frozen=True)
@@ -223,10 +265,22 @@ def group_figures(records: list[Record], window_s: float | None, counters: dict[
     return out or None
 
 
+# Figures of a reasoning phase: in a level's metrics only when one of its requests streamed one
+# (without, ttfa and itl_answer equal ttft and itl, and a threshold on them reads those)
+REASONING_FIGURES = tuple(f.name for f in FIGURES if f.reasoning)
+# Distributions of a stream's chunks: a response that arrives whole (`load.stream: false`) has none
+STREAM_ONLY = ("ttft", "ttft_error_adjusted", "ttfa", "itl", "itl_answer", "inter_chunk", "tpot", "tpot_error_adjusted",
+               "tokens_per_chunk")
+
+
 def level_summary(records: list[Record], server: ServerLevel | None, health: list[HealthPhase],
                   profile: dict[str, Any], cpus: dict[str, Any] | None = None) -> LevelSummary:
     s = summarize(records)
-    tc = token_check(records, profile["workload"]["token_mismatch_limit"])
+    if not (profile.get("load") or {}).get("stream", True):  # one "chunk" per response: its whole body
+        s["metrics"] = {k: v for k, v in s["metrics"].items() if k not in STREAM_ONLY}
+    if not any(r.reasoning_tokens for r in records if r.succeeded):  # no reasoning phase to count
+        s["metrics"] = {k: v for k, v in s["metrics"].items() if k not in REASONING_FIGURES}
+    tc = token_check(records, profile["workload"]["token_mismatch_limit"], natural(request_settings(profile)))
     per_request = from_records(records)
     acceptance = Acceptance(per_request)
     contaminated = gauges = cached = None
@@ -297,8 +351,17 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
     return out
 
 
-SUMMARY_VERSION = 6
-"""6: each level's `groups`: figures by a record field (`category`: a dataset row's), per value its
+SUMMARY_VERSION = 7
+"""7: the summary's `request` (the measured requests' settings: `load.request`'s temperature,
+top_p, top_k, min_p, seed, ignore_eos and stop, and the keys of `target.extra_body` as the profile
+writes them); each level's `token_counts.natural_lengths` (the model chose the output lengths: a
+completion is off the plan only when longer than planned) with `output_lengths` (min, p50, p90,
+max, mean, distinct) and `finish_reasons` (requests per reason); the reasoning figures in
+`metrics` (`ttfa`, `reasoning_tokens`, `answer_tokens`, `itl_answer`; records v7), present in a
+level where a request streamed reasoning (without, ttfa is ttft and itl_answer itl), and `ttft` is
+the first chunk of any kind, reasoning included (before, on chat APIs, the first chunk of answer
+content or of ids). Version 6 files read the same, `request` null, the new counts absent.
+6: each level's `groups`: figures by a record field (`category`: a dataset row's), per value its
 requests, every distribution, throughput over the level's window and acceptance from per-request
 fields, and `acceptance_adds_up` (whether the groups' accepted tokens and verify steps sum to the
 level's counter deltas); null when no record has a group; the summary's `dataset` (what meta.json
@@ -347,6 +410,7 @@ class Summary:
     interrupted: bool = False  # a signal stopped the run: these are the requests that finished
     tls_insecure: bool = False  # the server's certificate was not checked (target.tls.insecure)
     dataset: dict[str, Any] | None = None  # meta.json's `dataset`: where the prompts came from
+    request: dict[str, Any] | None = None  # the measured requests' settings (v7; null before)
     summary_version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -354,15 +418,17 @@ class Summary:
         d = asdict(self)
         d["levels"] = {lv: ls.to_json() for lv, ls in self.levels.items()}
         return {"summary_version": d.pop("summary_version"), "interrupted": d.pop("interrupted"),
-                "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), "dataset": d.pop("dataset"), **d}
+                "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), "dataset": d.pop("dataset"),
+                "request": d.pop("request"), **d}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Summary:
-        """From a summary.json of version 1 to 6."""
+        """From a summary.json of version 1 to 7 (`summary_version` kept as the file says)."""
         return cls(d["run_id"], d["loadgate"], d["model"], d["api"], d.get("load", "concurrency"),
                    {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
                    d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"),
-                   d.get("damage"), bool(d.get("interrupted")), bool(d.get("tls_insecure")), d.get("dataset"))
+                   d.get("damage"), bool(d.get("interrupted")), bool(d.get("tls_insecure")), d.get("dataset"),
+                   d.get("request"), int(d.get("summary_version", 1)))
 
 
 def _listed(d: Any, where: str) -> list[Any]:
@@ -411,4 +477,6 @@ def build_summary(run_dir: Path, extra: list[Record] | None = None) -> Summary:
                    "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency", levels,
                    not any(s.invalid for s in levels.values()), meta.get("attestation"), bool(meta.get("unverified")),
                    meta.get("token_pool"), meta.get("chat_template_tokens"), damage.to_json() if damage.any else None,
-                   stop.get("outcome") == "interrupted", bool(meta.get("tls_insecure")), meta.get("dataset"))
+                   stop.get("outcome") == "interrupted", bool(meta.get("tls_insecure")), meta.get("dataset"),
+                   {**request_settings(meta["profile"]), "stream": bool(meta["profile"]["load"].get("stream", True)),
+                    "extra_body_keys": sorted((meta["profile"].get("target") or {}).get("extra_body") or {})})

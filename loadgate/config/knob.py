@@ -5,6 +5,7 @@ Field metadata keys understood by the loader (`loadgate.config.typed_yaml`):
   help  one sentence shown in `--help`, in the JSON Schema `description`, and in errors
   min / max   inclusive numeric bounds
   exclusive_min   numeric lower bound that is itself not allowed
+  free_text   strings may hold tabs and line breaks (stop strings); other control characters stay refused
 """
 
 from __future__ import annotations

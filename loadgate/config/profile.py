@@ -194,14 +194,37 @@ class Target:
         "help": "configuration the engine does not serve, for the fingerprint: model revision, weight "
                 "and tokenizer hashes, engine commit, attention backend, dtype, kv dtype, GPU, driver, "
                 "speculative method / draft model / k, determinism flags, …"})
+    extra_body: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "keys merged into every request body, the exactness check's included (where the check's own "
+                "sampling keys win), e.g. chat_template_kwargs: {enable_thinking: false}, reasoning_effort, "
+                "repetition_penalty; part of the fingerprint; ${NAME} in a string is read from the environment "
+                "and never written anywhere"})
+    extra_body_override: bool = knob(
+        False, "let target.extra_body replace the keys loadgate itself sets (model, prompt, messages, stream, "
+        "max_tokens)")
 
     def check(self) -> list[tuple[str, str]]:
-        """Endpoint and metrics URL are http(s) URLs."""
+        """Endpoint and metrics URL are http(s) URLs; extra_body keeps off the keys loadgate sets."""
         if self.endpoint != "embedded" and not is_http_url(self.endpoint):
             return [("endpoint", f"expected 'embedded' or an http:// or https:// URL, got {self.endpoint!r}")]
         if self.metrics_url is not None and not is_http_url(self.metrics_url):
             return [("metrics_url", f"expected an http:// or https:// URL, got {self.metrics_url!r}")]
+        for key in self.extra_body:
+            if key in REQUEST_KEYS:
+                return [(f"extra_body.{key}", f"set by load.request.{REQUEST_KEYS[key]} (the exactness check sets "
+                         "its own), not here")]
+            if key in OWN_KEYS and not self.extra_body_override:
+                return [(f"extra_body.{key}", "loadgate sets this key itself (model, prompt, messages, stream, "
+                         "max_tokens); set target.extra_body_override: true to replace it")]
         return []
+
+
+# Body keys loadgate sets on every request: refused in target.extra_body unless extra_body_override
+OWN_KEYS = frozenset({"model", "prompt", "messages", "stream", "max_tokens", "max_completion_tokens", "n_predict",
+                      "text", "input_ids"})
+# Body keys load.request sets (per engine spelling): refused in extra_body, with the key to use instead
+REQUEST_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                "seed": "seed", "sampling_seed": "seed", "ignore_eos": "ignore_eos", "stop": "stop"}
 
 
 def is_http_url(text: str) -> bool:
@@ -269,6 +292,40 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class RequestSettings:
+    """The sampling and stopping settings of every measured request (`load.request`). The exactness
+    check keeps its own: greedy, or the sampling contracts of `exactness.sampling`."""
+
+    temperature: float = knob(0.0, "sampling temperature; 0 is greedy", min=0.0)
+    top_p: float = knob(1.0, "nucleus sampling: sample from the most likely tokens whose probabilities add up "
+                        "to this", exclusive_min=0.0, max=1.0)
+    top_k: int = knob(-1, "sample from the k most likely tokens; -1 keeps them all", min=-1)
+    min_p: float = knob(0.0, "drop tokens less likely than this fraction of the most likely one", min=0.0, max=1.0)
+    seed: Literal["none", "per_request"] = knob(
+        "none", "'per_request': each request carries a seed made from the profile's `seed` and the request's "
+        "index (the same request gets the same seed in every run and on both sides of an A/B); 'none': no seed "
+        "is sent, as production traffic sends none")
+    ignore_eos: bool = knob(True, "generate max_tokens tokens even past the end-of-sequence token; false: the "
+                            "model may stop early, and the report shows the output lengths it received")
+    stop: tuple[str, ...] = knob((), "stop strings: the output ends before the first of them (implies that "
+                                 "outputs may be shorter than planned)", free_text=True)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def natural_lengths(self) -> bool:
+        """Output lengths are the model's to choose (EOS or a stop string may end a request early)."""
+        return not self.ignore_eos or bool(self.stop)
+
+    def check(self) -> list[tuple[str, str]]:
+        if any(not s for s in self.stop):
+            return [("stop", "an empty stop string would end every output at once")]
+        return []
+
+
+@dataclass(frozen=True)
 class Load:
     """How to send it: closed loop (`concurrency`) or open loop (`rate`)."""
 
@@ -283,6 +340,9 @@ class Load:
     duration_s: float | None = knob(None, "stop starting requests after this many seconds",
                                     exclusive_min=0.0)
     stream: bool = knob(True, "stream responses (SSE)")
+    request: RequestSettings = field(default_factory=RequestSettings, metadata={
+        "help": "sampling and stopping of every measured request: temperature, top_p, top_k, min_p, seed, "
+                "ignore_eos, stop"})
     transport: Literal["socket", "aiohttp"] = knob(
         "socket", "hot-path HTTP client: 'socket' stamps each read with the kernel's receive time "
         "(plain HTTP; user-space time for TLS) before any parsing; 'aiohttp' stamps after aiohttp "

@@ -116,6 +116,10 @@ class SimConfig:
         0, "automatic prefix caching as vLLM does it, in blocks of this many tokens (0: off): a prompt's "
         "leading full blocks seen before are not prefilled again (no prefill cost, so a hit shows in TTFT) "
         "and count in vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total", min=0, max=4096)
+    reasoning_tokens: int = knob(
+        0, "chat replies: the first N output tokens stream as the model's reasoning (delta.reasoning_content), "
+        "the rest as content, as vLLM's reasoning parsers do; a request whose chat_template_kwargs say "
+        "enable_thinking: false gets none; 0 is off", min=0)
     decode_step_us: float = knob(4000.0, "cost of a decode step with one sequence, microseconds", min=0.0)
     decode_us_per_seq: float = knob(
         150.0, "extra decode step cost per additional running sequence, microseconds", min=0.0)

@@ -219,6 +219,7 @@ def load_dataclass(cls: type[T], data: Any, *, file: str, lines: dict[str, int])
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # in a setting: NUL, a newline in a header value, ...
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # free text: tabs and line breaks pass
 
 
 class _Converter:
@@ -264,6 +265,8 @@ class _Converter:
         return obj
 
     def value(self, tp: Any, value: Any, path: str, meta: Any, expect: str | None = None) -> Any:
+        if tp is Any:  # a JSON value passed through as written (an engine's own request keys)
+            return self.json_value(value, path)
         origin, args = get_origin(tp), get_args(tp)
         if origin in (Union, types.UnionType):
             return self.union(tp, args, value, path, meta)
@@ -288,7 +291,7 @@ class _Converter:
             return self.dataclass(tp, value, path)  # type: ignore[arg-type]
         expect = expect or describe(tp, meta)
         if tp is str and isinstance(value, str):
-            bad = _CONTROL.search(value)
+            bad = (_CONTROL_BUT_LINES if (meta or {}).get("free_text") else _CONTROL).search(value)
             if bad is not None:
                 raise self.fail(path, f"control character {bad.group()!r} at position {bad.start()} of "
                                 f"{show(value)}: not allowed in a setting")
@@ -310,6 +313,22 @@ class _Converter:
             if number is not None and _in_bounds(number, meta):
                 return number
         raise self.expected(path, expect, value)
+
+    def json_value(self, value: Any, path: str) -> Any:
+        """`value` when JSON can carry it: mappings with string keys, lists, strings, finite
+        numbers, booleans and null; dates and the like are refused by name."""
+        if isinstance(value, dict):  # (the YAML reader refuses a key that is not a string)
+            return {k: self.json_value(v, _join(path, k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.json_value(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        if isinstance(value, _ExponentFloat):
+            return float(value.text)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(path, f"{value} cannot be sent as JSON")
+        if value is None or isinstance(value, (str, bool, int, float)):
+            return value
+        raise self.fail(path, f"expected a JSON value (a mapping, list, string, number, true/false or null), "
+                        f"got {type(value).__name__} {show(value)}")
 
     def union(self, tp: Any, args: tuple[Any, ...], value: Any, path: str, meta: Any) -> Any:
         if value is None and type(None) in args:
@@ -424,6 +443,8 @@ _NOUNS = {bool: ("true or false", "booleans"), int: ("an integer", "integers"),
 def describe(tp: Any, meta: Any = None, many: bool = False) -> str:
     """What a value (or with `many`, values) of annotation `tp` must be: "an integer >= 1"."""
     meta = meta or {}
+    if tp is Any:
+        return "JSON values" if many else "a JSON value"
     origin, args = get_origin(tp), get_args(tp)
     if origin in (Union, types.UnionType):
         arms = [a for a in args if a is not type(None)]
@@ -518,6 +539,8 @@ def _object_schema(cls: type, defs: dict[str, dict[str, Any]], refs: set[str]) -
 
 
 def _type_schema(tp: Any, meta: Any, defs: dict[str, dict[str, Any]], refs: set[str]) -> dict[str, Any]:
+    if tp is Any:
+        return {}  # any JSON value
     origin, args = get_origin(tp), get_args(tp)
     if origin in (Union, types.UnionType):
         return {"anyOf": [_type_schema(a, meta, defs, refs) for a in args]}

@@ -35,6 +35,10 @@ class Figure:
                           in the population as +inf (a latency of a request that never finished)
     title                 its name for people (plot titles)
     table                 a row in the per-level tables; `table_error_adjusted` the variant's row too
+    reasoning             a figure of a reasoning phase: the summary keeps it only for a level in which a
+                          request streamed reasoning (`analysis.summary.REASONING_FIGURES`), and so do the
+                          tables; `same_as` names the figure it equals without one (ttfa is then ttft), which
+                          a threshold on it reads
     ab                    what A/B compares, run against run: a distribution's statistics (figure
                           `<name>.<stat>`), or ("value",) for a scalar; () for nothing
     """
@@ -52,12 +56,44 @@ class Figure:
     table_error_adjusted: bool = False
     ab: tuple[str, ...] = ()
     title: str = ""
+    reasoning: bool = False  # about a reasoning phase: in the tables only of levels whose requests streamed one
+    same_as: str = ""  # reasoning figures: without a reasoning phase this figure is that one (ttfa: ttft)
 
 
 def _ttft(r: Record) -> list[float]:
     if not r.chunk_ns:
         return []
     return [(r.start_ns + r.chunk_ns[0] - r.origin_ns) / 1e6]
+
+
+def _ttfa(r: Record) -> list[float]:
+    a = r.first_answer
+    if a is None:
+        return []
+    return [(r.start_ns + r.chunk_ns[a] - r.origin_ns) / 1e6]
+
+
+def _reasoning_tokens(r: Record) -> list[float]:
+    return [float(r.reasoning_tokens)] if r.reasoning_tokens else []
+
+
+def _answer_tokens(r: Record) -> list[float]:
+    if not r.reasoning_tokens:
+        return []
+    return [float(sum(r.chunk_tokens) - r.reasoning_tokens)]
+
+
+def _itl_answer(r: Record) -> list[float]:
+    """ITL's samples from the first answer chunk on (a reasoning phase comes first)."""
+    a = r.first_answer
+    if a is None:
+        return []
+    c, n = r.chunk_ns, r.chunk_tokens
+    out: list[float] = []
+    for j in range(a + 1, len(c)):
+        if n[j] > 0:
+            out.extend([(c[j] - c[j - 1]) / 1e6 / n[j]] * n[j])
+    return out
 
 
 def _e2e(r: Record) -> list[float]:
@@ -108,13 +144,28 @@ FIGURES: tuple[Figure, ...] = (
     Figure("input_throughput", "tok/s", "scalar", "higher", "prompt tokens of successful requests / W",
            per="level", path=("throughput", "input_token_throughput"), title="Input token throughput"),
     Figure("ttft", "ms", "distribution", "lower",
-           "time to first token: t_1 - origin(r), the first content-bearing chunk", samples=_ttft,
+           "time to first token: t_1 - origin(r), the first chunk carrying tokens of any kind (reasoning "
+           "included since summary v7)", samples=_ttft,
            error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99"), title="Time to first token"),
+    Figure("ttfa", "ms", "distribution", "lower",
+           "time to first answer token: t_a - origin(r), a = the first chunk carrying answer tokens, not "
+           "reasoning (equal to ttft when the model streams no reasoning)", samples=_ttfa, table=True,
+           title="Time to first answer token", reasoning=True, same_as="ttft"),
+    Figure("reasoning_tokens", "tokens", "distribution", "lower",
+           "tokens a request's response streamed as reasoning (reasoning_content / reasoning), requests with any",
+           samples=_reasoning_tokens, table=True, title="Reasoning tokens per request", reasoning=True),
+    Figure("answer_tokens", "tokens", "distribution", "higher",
+           "sum_j n_j less the reasoning tokens, requests that streamed reasoning", samples=_answer_tokens,
+           table=True, title="Answer tokens per request", reasoning=True),
     Figure("itl", "ms", "distribution", "lower",
            "inter-token latency: for each chunk j >= 2, n_j samples of (t_j - t_{j-1}) / n_j; a "
            "chunk carrying several tokens spreads its gap over them (tokens in the first chunk "
            "beyond the first have no gap and give no sample)", per="token", samples=_itl, table=True,
            ab=("p50", "p99"), title="Inter-token latency"),
+    Figure("itl_answer", "ms", "distribution", "lower",
+           "inter-token latency over answer tokens: itl's samples for the chunks after the first answer chunk a",
+           per="token", samples=_itl_answer, table=True, title="Inter-token latency, answer tokens", reasoning=True,
+           same_as="itl"),
     Figure("inter_chunk", "ms", "distribution", "lower",
            "inter-chunk latency: t_j - t_{j-1} for j >= 2, whatever the chunk carried", per="chunk",
            samples=_inter_chunk, table=True, title="Inter-chunk latency"),
@@ -161,9 +212,11 @@ def metric_names() -> tuple[str, ...]:
     return tuple(n for f in distributions() for n in ((f.name, f.name + ADJUSTED) if f.error_adjusted else (f.name,)))
 
 
-def table_rows() -> tuple[str, ...]:
-    """The metrics of the per-level tables, in order."""
-    return tuple(n for f in distributions() if f.table
+def table_rows(metrics: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The metrics of the per-level tables, in order; the reasoning figures only when `metrics` (a
+    level summary's) counts a request that streamed reasoning."""
+    reasoning = bool(metrics and (metrics.get("reasoning_tokens") or {}).get("count"))
+    return tuple(n for f in distributions() if f.table and (reasoning or not f.reasoning)
                  for n in ((f.name, f.name + ADJUSTED) if f.table_error_adjusted else (f.name,)))
 
 

@@ -362,6 +362,9 @@ def measure(t: Threshold, summary: LevelFigures) -> tuple[float | None, str | No
     spec = _specs()[t.metric]
     if spec.distribution:
         stats = summary.metrics.get(t.metric)
+        same = figures.figure(t.metric.removesuffix(figures.ADJUSTED)).same_as
+        if stats is None and same:  # a figure of a reasoning phase, in a level without one
+            stats = summary.metrics.get(same)
         if stats is None:
             return None, f"n/a: {t.metric} is not in this summary"
         v = stats.get(t.stat_key or "")

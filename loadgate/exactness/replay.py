@@ -18,7 +18,7 @@ import aiohttp
 import orjson
 
 from loadgate.engine.adapters import chat_api_for
-from loadgate.engine.adapters.base import Decoded, GenRequest, Sampling
+from loadgate.engine.adapters.base import Decoded, GenRequest, Sampling, merged_body
 from loadgate.errors import EngineError
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.corpus import Case
@@ -66,7 +66,8 @@ class CaseSender:
         g = GenRequest(max_tokens=case.max_tokens, prompt_text=case.prompt, messages=case.messages, tools=case.tools,
                        ignore_eos=False, stop=case.stop, logprobs=self.logprobs or None, sampling=self.sampling,
                        stream=t.adapter.ids_in_stream)
-        return t.adapter.build_body(dataclasses.replace(g, **changes) if changes else g, self.spec.model)
+        body = t.adapter.build_body(dataclasses.replace(g, **changes) if changes else g, self.spec.model)
+        return merged_body(body, self.spec.extra_body, check=True)
 
     async def count_tokens(self, case: Case) -> int:
         """The prompt's token count from the engine's /tokenize (chat cases with their template);

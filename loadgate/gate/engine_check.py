@@ -38,17 +38,24 @@ def exactness_of(profile: Profile) -> Exactness:
     return profile.exactness or Exactness()
 
 
-def request_part(ex: Exactness, api: str) -> dict[str, Any]:
+def request_part(ex: Exactness, api: str, extra_body: dict[str, Any] | None = None) -> dict[str, Any]:
     """The request side of the fingerprint: the API the requests go through (its routes follow from
-    it) and every sampling parameter sent. The check's own scenarios are not part of it: they
-    describe the experiment, not the engine, and a baseline's fingerprint and a candidate's compare
-    engine to engine (the scenarios are in exactness.json and the attestation)."""
-    return {"api": api, "sampling": dataclasses.asdict(Sampling(seed=ex.seed)), "logprobs": ex.logprobs}
+    it), every sampling parameter sent, and `target.extra_body` as the profile writes it (`${NAME}`
+    unexpanded) when it has any key: a body key can change what the engine does with a prompt
+    (`chat_template_kwargs`), so a baseline captured with other keys does not match. The check's own
+    scenarios are not part of it: they describe the experiment, not the engine, and a baseline's
+    fingerprint and a candidate's compare engine to engine (the scenarios are in exactness.json and
+    the attestation)."""
+    out = {"api": api, "sampling": dataclasses.asdict(Sampling(seed=ex.seed)), "logprobs": ex.logprobs}
+    if extra_body:
+        out["extra_body"] = extra_body
+    return out
 
 
 async def fingerprint_of(e: Engine) -> tuple[dict[str, Any], str]:
     intro = await introspect(e.session, e.base, e.metrics_url)
-    doc = build(intro, e.profile.target.declared, request_part(exactness_of(e.profile), e.profile.target.api))
+    t = e.profile.target
+    doc = build(intro, t.declared, request_part(exactness_of(e.profile), t.api, t.extra_body))
     return doc, fingerprint_hash(doc)
 
 

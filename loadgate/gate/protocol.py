@@ -47,7 +47,7 @@ import orjson
 
 from loadgate.config.profile import Protocol
 from loadgate.engine.adapters import family_for
-from loadgate.engine.adapters.base import Decoded
+from loadgate.engine.adapters.base import Decoded, merged_body
 from loadgate.exactness.corpus import Case, Corpus
 from loadgate.exactness.replay import CaseSender
 from loadgate.snapshot import Snapshot, first_name
@@ -255,6 +255,7 @@ async def check_tools(p: _Probe, unsupported: str | None = None) -> ProtocolChec
     body = {"model": t.spec.model, "messages": TOOL_MESSAGES, "tools": [TOOL], "max_tokens": 256, "temperature": 0.0,
             "seed": p.sender.sampling.seed, "stream": False,
             "tool_choice": {"type": "function", "function": {"name": TOOL_NAME}}}
+    body = merged_body(body, t.spec.extra_body, check=True)
     name = TOOL_NAME
     try:
         async with p.session.post(t.url, data=orjson.dumps(body), timeout=aiohttp.ClientTimeout(total=t.spec.timeout_s),

@@ -47,7 +47,9 @@ def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | 
         spec=None if d.spec is None else SpecStats(
             d.spec.source, d.spec.verify_steps, d.spec.draft_tokens, d.spec.accepted,
             d.spec.reported_acceptance_length),
-        counts_received=d.counts_received or None, category=req.category)
+        counts_received=d.counts_received or None, category=req.category,
+        reasoning_tokens=sum(c.n_tokens for c in d.chunks if c.reasoning) or None,
+        answer_chunk=next((j for j, c in enumerate(d.chunks) if not c.reasoning), None))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ HTTP framing, SSE framing and JSON decoding happen after the request has ended.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
@@ -16,9 +17,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadgate.config.profile import Profile
+from loadgate.config.profile import Profile, RequestSettings
 from loadgate.engine.adapters import adapter_for
-from loadgate.engine.adapters.base import Decoded, EngineAdapter, ErrorInfo, GenRequest
+from loadgate.engine.adapters.base import Decoded, EngineAdapter, ErrorInfo, GenRequest, Sampling, merged_body
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.sse import DEFAULT_MAX_EVENT, EventTooLarge, SSEEvent, frame_sse
 from loadgate.load.transport import READ_SIZE, Conn, Limits, Pool, Refused, parse_response
@@ -46,6 +47,9 @@ class TargetSpec:
     max_event_bytes: int = DEFAULT_MAX_EVENT
     idle_timeout_s: float | None = None
     secrets: tuple[str, ...] = ()  # to mask in this process's files (worker processes register them)
+    extra_body: dict[str, Any] = field(default_factory=dict)  # target.extra_body, expanded (never written)
+    request: RequestSettings = field(default_factory=RequestSettings)  # load.request (measured requests)
+    seed: int = 0  # the profile's seed: per-request sampling seeds come from it
 
 
 def target_spec(profile: Profile, settings: SessionSettings, base: str, model: str, *, timeout_s: float,
@@ -56,7 +60,7 @@ def target_spec(profile: Profile, settings: SessionSettings, base: str, model: s
                       limits=Limits(lim.max_header_kib * 1024, int(lim.max_response_mb * 2**20),
                                     int(lim.memory_budget_mb * 2**20)),
                       max_event_bytes=int(lim.max_event_mb * 2**20), idle_timeout_s=lim.idle_timeout_s,
-                      secrets=registered(), **kw)
+                      secrets=registered(), extra_body=dict(settings.extra_body), seed=profile.seed, **kw)
 
 
 @dataclass
@@ -344,6 +348,17 @@ def body_for(t: LiveTarget, req: PlannedRequest) -> bytes:
     if ids is not None and s.pool_text is not None:  # a text-only API: send the ids' exact text
         text = "".join(s.pool_text[i] for i in ids)
         ids = None
+    r = s.request
+    sampling = Sampling(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
+                        seed=request_seed(s.seed, req.i) if r.seed == "per_request" else None)
     g = GenRequest(max_tokens=req.output_len, prompt_ids=ids, prompt_text=text, messages=req.messages,
-                   stream=s.stream)
-    return orjson.dumps(t.adapter.build_body(g, s.model))
+                   stream=s.stream, ignore_eos=r.ignore_eos, stop=r.stop, sampling=sampling)
+    return orjson.dumps(merged_body(t.adapter.build_body(g, s.model), s.extra_body))
+
+
+def request_seed(run_seed: int, i: int) -> int:
+    """The sampling seed of measured request `i` under `load.request.seed: per_request`: a function of
+    the profile's seed and the request's index alone (both sides of an A/B send the same seeds),
+    below 2**31 (every engine takes it)."""
+    digest = hashlib.blake2b(f"{run_seed}:{i}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF

@@ -13,7 +13,7 @@ import ipaddress
 import ssl
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,6 +61,7 @@ class SessionSettings:
 
     headers: dict[str, str]
     tls: TlsFiles
+    extra_body: dict[str, Any] = field(default_factory=dict)  # target.extra_body, ${NAME} expanded
 
     def ssl_for(self, *urls: str) -> ssl.SSLContext | None:
         """The context for a session that will speak to these URLs: built from `tls` (the system's
@@ -72,6 +73,7 @@ def session_settings(target: Any, resolve: Callable[[str], Path]) -> SessionSett
     """From the profile's target: `${NAME}` in header values read from the environment, the key of
     `api_key_env` as `Authorization: Bearer`, TLS files resolved against the profile."""
     headers = {k: expand(v, f"target.headers.{k}") for k, v in target.headers.items()}
+    body = expand_json(dict(getattr(target, "extra_body", {})), "target.extra_body")
     if target.api_key_env:
         key = key_from_env(target.api_key_env)
         if not any(k.lower() == "authorization" for k in headers):
@@ -81,7 +83,20 @@ def session_settings(target: Any, resolve: Callable[[str], Path]) -> SessionSett
     def path(p: str | None) -> str | None:
         return str(resolve(p)) if p else None
 
-    return SessionSettings(headers, TlsFiles(path(t.ca_file), path(t.client_cert), path(t.client_key), t.insecure))
+    return SessionSettings(headers, TlsFiles(path(t.ca_file), path(t.client_cert), path(t.client_key), t.insecure),
+                           body)
+
+
+def expand_json(value: Any, where: str) -> Any:
+    """`value` (a JSON value) with `${NAME}` in every string read from the environment (and
+    registered as a secret, so it is masked in whatever is written), as in header values."""
+    if isinstance(value, str):
+        return expand(value, where)
+    if isinstance(value, dict):
+        return {k: expand_json(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_json(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 def refuse_proxies(url: str) -> None:

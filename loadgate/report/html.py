@@ -50,7 +50,7 @@ _CAPTIONS = {
 def level_table_html(s: LevelSummary) -> str:
     """One level's metrics as an HTML table: metric, unit, n, p50, p90, p99, mean."""
     rows = []
-    for name in table_rows():
+    for name in table_rows(s.metrics):
         m = s.metrics.get(name)
         if m is None:
             continue

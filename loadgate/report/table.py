@@ -29,7 +29,7 @@ def fmt(v: Any, digits: int = 2) -> str:
 
 def level_table(s: LevelSummary) -> str:
     rows = []
-    for name in table_rows():
+    for name in table_rows(s.metrics):
         m = s.metrics.get(name)
         if m is None:
             continue
@@ -137,6 +137,15 @@ def render_summary(summary: Summary) -> str:
         out.append("INTERRUPTED: a signal stopped the run; these figures cover only the requests that finished")
     if summary.damage:
         out.append("DAMAGED: " + Damage(**summary.damage).words() + "; these figures cover the readable lines only")
+    req = summary.request or {}
+    if req and not req.get("stream", True):
+        out.append("not streamed (load.stream: false): each response arrives whole, so there is no time to first "
+                   "token, inter-token latency or time per output token; e2e is the latency")
+    if req.get("temperature"):
+        out.append(f"requests sampled: temperature {req['temperature']:g}, top_p {req['top_p']:g}, top_k {req['top_k']}, "
+                   f"min_p {req['min_p']:g}, seed {req['seed']}")
+    if req.get("extra_body_keys"):
+        out.append("extra body keys in every request: " + ", ".join(req["extra_body_keys"]))
     for level, s in summary.levels.items():
         t = s.throughput
         errs = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none"
@@ -169,6 +178,12 @@ def render_summary(summary: Summary) -> str:
         out.append(f"token counts vs plan: {tc.prompt_mismatches} prompt and {tc.completion_mismatches} "
                    f"completion mismatches in {tc.checked} requests" + _unverified_words(tc, summary))
         out.append(_count_sources(tc, summary))
+        if tc.natural_lengths and tc.output_lengths:
+            ol = tc.output_lengths
+            reasons = ", ".join(f"{k} {v}" for k, v in (tc.finish_reasons or {}).items())
+            out.append(f"output lengths the model chose (ignore_eos off or stop strings): min {ol['min']:g}, p50 "
+                       f"{ol['p50']:g}, p90 {ol['p90']:g}, max {ol['max']:g}, {ol['distinct']:g} distinct; "
+                       f"finish reasons: {reasons}")
         if tc.impossible_counts:
             left = (f"; {tc.completion_unverified} completion(s) had no ids to count, so they are unverified"
                     if tc.completion_unverified else "")

@@ -325,4 +325,26 @@ def render_compare(runs: list[Path], fmt: str) -> str:
     if fmt == "json":
         return orjson.dumps(clean({"comparisons": docs}), option=orjson.OPT_INDENT_2).decode()
     caveats = [c for r in runs if (c := _caveat(r, judged[r]))] if fmt in ("table", "markdown") else []
+    caveats += definition_changes(runs) if fmt in ("table", "markdown") else []
     return "\n\n".join(out) + "".join(f"\n{c}" for c in caveats)
+
+
+def written_version(run_dir: Path) -> int:
+    """The summary version the run folder's summary.json was written at (1: none, or no file)."""
+    p = run_dir / "summary.json"
+    try:
+        v = load_json(p).get("summary_version", 1) if p.exists() else 1
+    except (OSError, ValueError, AttributeError):
+        return 1
+    return v if isinstance(v, int) else 1
+
+
+def definition_changes(runs: list[Path]) -> list[str]:
+    """A line for each figure whose definition changed between the summary versions of `runs`."""
+    versions = {r: written_version(r) for r in runs}
+    old = [r.name for r, v in versions.items() if v < 7]
+    if not old or len(old) == len(runs):
+        return []
+    return [f"note: ttft's definition changed in summary v7: {', '.join(old)} was summarised before it, when on chat "
+            "APIs the first chunk of answer content (or of ids) was the first token; since, the first chunk of any "
+            "kind, reasoning included (ttfa is the first answer token)"]

@@ -175,18 +175,30 @@ class ChatFormatter(OpenAIFormatter):
             if self.opts.continuous_usage:
                 role["usage"] = self._usage()
             events.append((role, "role", []))
+        thinking = max(0, min(len(out.token_ids), self.opts.reasoning_tokens - self.n_out))
+        if thinking:  # the reasoning phase: its own event, then the step's answer tokens (if any) in another
+            part, rest = _split(out, thinking, self.tk)
+            events.append(self._event(part, "reasoning"))
+            if rest.token_ids or rest.finish_reason is not None:
+                events.append(self._event(rest, "tokens"))
+            return events
+        events.append(self._event(out, "tokens"))
+        return events
+
+    def _event(self, out: StepOutput, kind: str) -> Event:
+        """One chunk for `out`: its text as `content`, or as `reasoning_content` (kind "reasoning")."""
         self.n_out += len(out.token_ids)
-        choice: dict[str, Any] = {"index": 0, "delta": {"content": out.text},
+        delta = {"reasoning_content": out.text} if kind == "reasoning" else {"content": out.text}
+        choice: dict[str, Any] = {"index": 0, "delta": delta,
                                   "logprobs": self._logprobs(out), "finish_reason": out.finish_reason}
         if out.finish_reason is not None:
             choice["stop_reason"] = out.stop_reason
-        choice["token_ids"] = out.token_ids if ids else None
+        choice["token_ids"] = out.token_ids if self.opts.return_token_ids else None
         chunk = self._head("chat.completion.chunk")
         chunk["choices"] = [choice]
         if self.opts.continuous_usage:
             chunk["usage"] = self._usage()
-        events.append((chunk, "tokens", out.token_ids))
-        return events
+        return chunk, kind, out.token_ids
 
     def body(self, out: StepOutput) -> dict[str, Any]:
         """The non-stream response body for the whole output `out`."""
@@ -206,3 +218,17 @@ class ChatFormatter(OpenAIFormatter):
                      "prompt_text": None, "kv_transfer_params": None, "ec_transfer_params": None,
                      "metrics": self._metrics()})
         return body
+
+
+def _split(out: StepOutput, k: int, tk: Tokenizer) -> tuple[StepOutput, StepOutput]:
+    """`out`'s first `k` tokens and the rest, as two outputs; the finish reason goes with the last
+    one that has tokens."""
+    def part(ids: list[int], lo: int, hi: int) -> StepOutput:
+        return StepOutput(ids, "".join(tk.token_str(x) for x in ids),
+                          None if out.logprobs is None else out.logprobs[lo:hi], None if out.top is None else out.top[lo:hi])
+
+    n = len(out.token_ids)
+    head, tail = part(out.token_ids[:k], 0, k), part(out.token_ids[k:], k, n)
+    last = tail if tail.token_ids else head
+    last.finish_reason, last.stop_reason = out.finish_reason, out.stop_reason
+    return head, tail

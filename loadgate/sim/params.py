@@ -11,6 +11,7 @@ Unset max_tokens: 16 on /v1/completions, the rest of the context on chat, 128 on
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ class OpenAIOptions:
     continuous_usage: bool = False
     return_token_ids: bool = False
     tokens_as_ids: bool = False
+    reasoning_tokens: int = 0  # chat: the first N output tokens stream as `delta.reasoning_content`
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,9 @@ def parse_chat(body: dict[str, Any], cfg: SimConfig, tk: Tokenizer) -> tuple[Gen
         temperature=_temperature(body, 1e-5), seed=body_field(body, "seed", int, None),
         logprobs=(top or 0) if want_lp else None,
         skip_special_tokens=body_field(body, "skip_special_tokens", bool, True))
-    return params, _openai_options(body)
+    kwargs = body_field(body, "chat_template_kwargs", dict, {})
+    thinking = body_field(kwargs, "enable_thinking", bool, True)  # as Qwen3's template reads it
+    return params, dataclasses.replace(_openai_options(body), reasoning_tokens=cfg.reasoning_tokens if thinking else 0)
 
 
 def parse_generate(body: dict[str, Any], cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, SglangOptions]:

@@ -136,6 +136,9 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     return body
 
 
+PROMPT_KEYS = frozenset({"prompt", "messages", "input_ids", "text", "tools"})  # left out of the truth's params
+
+
 async def handle_generation(request: web.Request, state: SimState,
                             parse: Callable[[dict[str, Any]], Job], error_style: str) -> web.StreamResponse:
     """Serve one generation request (see the module docstring)."""
@@ -159,6 +162,7 @@ async def handle_generation(request: web.Request, state: SimState,
         return e.response(error_style)
     rec = state.truth.begin(rid, index, request.path, job.stream, arrival_ns)
     rec.prompt_tokens = len(job.params.prompt_ids)
+    rec.params = {k: v for k, v in body.items() if k not in PROMPT_KEYS}
     plan = plan_faults(state.cfg.faults, state.cfg.seed, index, job.stream)
     rec.faults = plan.names
     headers = {"x-request-id": rid}

@@ -19,6 +19,9 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
                      (`loadgate.sim.divergence`); [] for the reference output
   flip_batches       per flip, the number of sequences in the engine step that produced it (the
                      batch the divergence really saw)
+  params             the request body less its prompt (prompt, messages, input_ids, text, tools):
+                     every other key as the client sent it (sampling, stops, extra body keys)
+  reasoning_tokens   of completion_tokens, those streamed as reasoning (`target.sim.reasoning_tokens`)
   chunks             one `ChunkTruth` per SSE event written (or one for a whole non-stream body):
       send_ns    `perf_counter_ns()` when the bytes went to the socket (see serving.py); with
                  `stream_events: per_token`, just after the write that carried them, on both paths
@@ -27,7 +30,8 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
                  between the two, however long the simulator was held up (by its loop or the
                  hypervisor) on either side of the write; both equal `send_ns` for the events of
                  injected faults
-      kind       "tokens" (carries output tokens), "role" (chat's first chunk), "usage" (final
+      kind       "tokens" (carries output tokens), "reasoning" (carries output tokens streamed as
+                 reasoning), "role" (chat's first chunk), "usage" (final
                  usage chunk), "done" (`data: [DONE]`), "malformed", "error" (error event),
                  "body" (non-stream response body, all tokens)
       n_tokens   number of output tokens in the event
@@ -77,6 +81,8 @@ class RequestTruth:
     end_ns: int | None = None
     flips: list[int] = field(default_factory=list)
     flip_batches: list[int] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    reasoning_tokens: int = 0
     _send_ns: list[int] = field(default_factory=list)
     _write_ns: list[int] = field(default_factory=list)  # (begin, end) pairs, flat
     _kinds: list[str] = field(default_factory=list)
@@ -93,6 +99,8 @@ class RequestTruth:
         self._counts.append(n)
         self._ids.extend(token_ids)
         self.completion_tokens += n
+        if kind == "reasoning":
+            self.reasoning_tokens += n
 
     @property
     def chunks(self) -> list[ChunkTruth]:

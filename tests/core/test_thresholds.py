@@ -232,11 +232,14 @@ def test_parse_all_keeps_order_and_suggests_close_metric_names():
 
 
 def test_every_metric_name_accepts_a_threshold():
+    from loadgate.core.figures import figure
+
     for metric in metrics():
-        text = "rate < 1%" if metric == "errors" else "p(99) >= 0" if metric.endswith(
-            ("ttft", "itl", "chunk", "tpot", "e2e", "queue", "rate", "adjusted")) else ">= 0"
+        kind = figure(metric.removesuffix("_error_adjusted")).kind
+        text = "rate < 1%" if metric == "errors" else "p(99) >= 0" if kind == "distribution" else ">= 0"
         outcome = evaluate(parse(metric, text), CLEAN)
-        if metric == "acceptance_length":  # the clean run has no speculation: n/a fails, never passes
+        if metric in ("acceptance_length", "reasoning_tokens", "answer_tokens"):
+            # the clean run has no speculation and no reasoning phase: n/a fails, never passes
             assert not outcome.passed and outcome.reason.startswith("n/a"), outcome
             continue
         # every other figure of the clean run is measured and non-negative, its error rate 0 %
@@ -305,3 +308,13 @@ def test_generated_baseline_forms_round_trip(op: str, number: Decimal, space: st
     t = parse("ttft", f"p(95){space}>={space}baseline{space}{op}{space}{number}")
     assert t.baseline and t.value is None and t.comparator == ">="
     assert (t.baseline_op, t.baseline_operand) == (op, float(number))
+
+
+def test_a_threshold_on_a_reasoning_figure_reads_its_equal_in_a_level_without_reasoning():
+    """ttfa is ttft, and itl_answer itl, where no request streamed reasoning (the summary keeps only
+    the latter); the counts of a reasoning phase have no equal and are n/a."""
+    assert "ttfa" not in CLEAN.metrics
+    for name, same in (("ttfa", "ttft"), ("itl_answer", "itl")):
+        got = check(name, "p(99) < 10s")
+        assert got.passed and got.measured == CLEAN.metrics[same]["p99"], got
+    assert check("reasoning_tokens", "p(50) < 5").reason.startswith("n/a")

@@ -450,6 +450,7 @@ def test_a_sigkill_mid_phase_keeps_all_but_the_last_batch_and_report_says_incomp
     children: list[psutil.Process] = []
     try:
         until_served(tmp_path / "out" / "r", 150)
+        time.sleep(BATCH_S + 0.5)  # so that the 150 served are a batch's age old when the kill comes
         children = me.children(recursive=True)
         kill_ns = time.perf_counter_ns()
         p.kill()

@@ -136,7 +136,7 @@ def test_the_tools_check_judges_each_shape_of_answer_in_one_line(status, answer,
 
     async def go() -> Any:
         async with json_routes({"/v1/chat/completions": chat}) as base:
-            spec = SimpleNamespace(model="m", timeout_s=10.0, headers={})
+            spec = SimpleNamespace(model="m", timeout_s=10.0, headers={}, extra_body={})
             sender = SimpleNamespace(targets={"chat": SimpleNamespace(url=f"{base}/v1/chat/completions",
                                                                        spec=spec)}, sampling=SimpleNamespace(seed=0))
             async with aiohttp.ClientSession() as session:

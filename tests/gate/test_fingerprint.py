@@ -270,3 +270,21 @@ def test_canonical_form_ignores_key_order() -> None:
     c = build({"v": 1, "w": {"x": 1, "y": 3}}, {"gpu": "H200"}, REQUEST)
     assert diff(a, c) == [("engine.w.y", 2, 3)]
 
+
+
+def test_extra_body_is_part_of_the_request_fingerprint_and_its_absence_keeps_the_old_hash():
+    """A profile's `target.extra_body` (as written: `${NAME}` unexpanded) changes the fingerprint,
+    so a baseline captured without it (or with other keys) does not match; a profile without one
+    fingerprints exactly as before the key existed."""
+    from loadgate.config.profile import Exactness
+    from loadgate.gate.engine_check import request_part
+    from loadgate.gate.fingerprint import diff, fingerprint_hash
+
+    ex = Exactness()
+    plain = request_part(ex, "openai-chat")
+    assert plain == request_part(ex, "openai-chat", {}) and "extra_body" not in plain
+    assert set(plain) == {"api", "sampling", "logprobs"}
+    thinking_off = request_part(ex, "openai-chat", {"chat_template_kwargs": {"enable_thinking": False}})
+    a, b = build({}, {}, plain), build({}, {}, thinking_off)
+    assert fingerprint_hash(a) != fingerprint_hash(b)
+    assert [path for path, *_ in diff(a, b)] == ["request.extra_body.chat_template_kwargs.enable_thinking"]

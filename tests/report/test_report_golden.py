@@ -26,11 +26,12 @@ ADDED: tuple[str, ...] = (
     r"capacity:", r"concurrency\s+output tok/s\s+ttft p99 ms\s+itl p99 ms\s+meets SLOs", r"[-\s]+",
     r"\d+(\.\d+)?\s+[\d,.]+\s+[\d,.]+\s+[\d,.n/a]+\s+(yes|no|n/a)", r"(highest|no) (concurrency|rate) .*SLOs.*",
     r"thresholds \(.*\):", r"threshold\s+measured\s+limit\s+result", r"\S.* (pass|FAIL)( \(.*\))?",
-    r"thresholds: \d+ passed, \d+ failed", r"```text", r"```",
+    r"thresholds: \d+ passed, \d+ failed",
+ r"```text", r"```",
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
     r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
-    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'      "groups": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "request": \{', r'      "groups": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
 )
 
 
@@ -81,7 +82,8 @@ def test_a_version_1_summary_json_is_read_into_todays_summary():
     assert "summary_version" not in old
     s = Summary.from_json(old)
     again = build_summary(RUNS / "single")
-    assert s.summary_version == again.summary_version == SUMMARY_VERSION == 6
+    # the version the file was written at is kept (compare tells definitions that changed since)
+    assert s.summary_version == 1 and again.summary_version == SUMMARY_VERSION == 7
     assert s.levels["4"].metrics == again.levels["4"].metrics
     assert s.levels["4"].token_counts.prompt_mismatches == again.levels["4"].token_counts.prompt_mismatches == 0
     assert Summary.from_json(again.to_json()) == again  # today's round-trips
@@ -176,6 +178,30 @@ def test_a_version_5_run_folder_is_read_with_no_category_and_judged_as_then(caps
     assert main(["report", str(run)]) == code == 30
 
 
+def test_a_version_6_run_folder_is_read_without_reasoning_and_judged_as_then(capsys):
+    """Records of schema v6 (no `reasoning_tokens`, `answer_chunk`) and a summary of version 6 (a
+    chat run): every record reads with no reasoning and its first chunk as the first answer, the
+    summary rebuilds with the same figures (and none of a reasoning phase), and `report` gives the code that
+    run's verdict.json holds."""
+    from loadgate.analysis.summary import Summary, build_summary
+    from loadgate.jsonutil import load_json
+
+    run = RUNS.parent / "runs-v6" / "single"
+    assert (run / "records.jsonl").read_bytes().startswith(b'{"v":6,')
+    recs = list(read_records(run / "records.jsonl", include_warmup=True))
+    assert len(recs) == 48 and all(r.reasoning_tokens is None and r.first_answer == 0 for r in recs)
+    old = load_json(run / "summary.json")
+    assert old["summary_version"] == 6 and "request" not in old
+    s, again = Summary.from_json(old), build_summary(run)
+    assert s.summary_version == 6 and s.request is None
+    for name, m in s.levels["8"].metrics.items():
+        assert again.levels["8"].metrics[name] == m, name
+    assert not {"ttfa", "reasoning_tokens", "answer_tokens", "itl_answer"} & again.levels["8"].metrics.keys()
+    assert again.request is not None and again.request["temperature"] == 0.0 and again.request["ignore_eos"] is True
+    code = load_json(run / "verdict.json")["code"]
+    assert main(["report", str(run)]) == code
+
+
 def test_an_invalid_stamp_bound_names_the_host_where_it_took_a_share_of_the_cpu():
     """The INVALID message says the host took the CPU (steal) where it did, and only there."""
     from loadgate.analysis.validity import verdict
@@ -204,3 +230,23 @@ def test_a_version_2_run_whose_loop_lagged_stays_invalid(tmp_path, capsys):
     dump_json(run / "health.json", health)
     assert main(["report", str(run)]) == 30
     assert "carry no per-chunk stamp bound" in capsys.readouterr().out
+
+
+def test_compare_says_ttft_changed_definition_between_a_v6_and_a_v7_summary(tmp_path, capsys):
+    """The same run's folder, once as summary v6 wrote it and once summarised again today: compare
+    names the older side and says how ttft's definition moved; two folders of today say nothing."""
+    import shutil
+
+    from loadgate.verdict import finish
+
+    old = RUNS.parent / "runs-v6" / "single"
+    new = tmp_path / "again"
+    shutil.copytree(old, new)
+    finish(new)
+    assert main(["compare", str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert "note: ttft's definition changed in summary v7: single was summarised before it" in out
+    twin = tmp_path / "twin"
+    shutil.copytree(new, twin)
+    assert main(["compare", str(new), str(twin)]) == 0
+    assert "definition changed" not in capsys.readouterr().out

@@ -35,7 +35,7 @@ class Sampling:
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    seed: int = 0
+    seed: int | None = 0  # None: no seed is sent (measured requests under `load.request.seed: none`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,7 @@ class Chunk:
     t_ns: int
     n_tokens: int
     ids: list[int] | None = None
+    reasoning: bool = False  # its tokens were streamed as reasoning (`reasoning_content` / `reasoning`)
 
 
 @dataclass(slots=True)
@@ -137,6 +138,34 @@ class EngineAdapter(Protocol):
     def decode_body(self, t_ns: int, body: bytes) -> Decoded:
         """Decode one non-streamed response body that finished arriving at `t_ns`."""
         ...
+
+
+# Body keys that carry sampling, in every engine's spelling: inside the exactness check the check's
+# own values of these win over `target.extra_body` (its contract is about greedy or seeded output).
+SAMPLING_KEYS = frozenset({"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "repeat_penalty",
+                           "presence_penalty", "frequency_penalty", "seed", "sampling_seed", "ignore_eos", "stop",
+                           "logprobs", "top_logprobs", "n_probs", "return_tokens_as_token_ids", "return_token_ids",
+                           "return_tokens", "return_logprob", "top_logprobs_num", "n", "best_of", "logit_bias",
+                           "min_tokens", "max_new_tokens"})
+
+
+def merged_body(body: dict[str, Any], extra: dict[str, Any], *, check: bool = False) -> dict[str, Any]:
+    """`body` with `target.extra_body` merged in: a new key is added; where both hold a mapping
+    (`stream_options`, SGLang's `sampling_params`, `chat_template_kwargs`) the two are merged the same
+    way, key by key; any other value is replaced by extra's. With `check` (the exactness check's
+    bodies), a sampling key (`SAMPLING_KEYS`) the body already has keeps the body's value, at every
+    level. The keys loadgate sets (model, prompt, ...) reach this only where the profile allowed it
+    (`target.extra_body_override`)."""
+    if not extra:
+        return body
+    out = dict(body)
+    for k, v in extra.items():
+        mine = out.get(k)
+        if isinstance(mine, dict) and isinstance(v, dict):
+            out[k] = merged_body(mine, v, check=check)
+        elif not (check and k in SAMPLING_KEYS and k in out):
+            out[k] = v
+    return out
 
 
 def timings_spec(timings: dict[str, Any]) -> SpecCounts | None:

@@ -64,9 +64,11 @@ class LlamaCppCompletion(ContentTokenize):
             "n_predict": req.max_tokens, "stream": req.stream, "temperature": s.temperature,
             "top_k": s.top_k if s.top_k > 0 else 0, "top_p": s.top_p, "min_p": s.min_p,
             "repeat_penalty": s.repetition_penalty, "presence_penalty": s.presence_penalty,
-            "frequency_penalty": s.frequency_penalty, "seed": s.seed, "ignore_eos": req.ignore_eos,
+            "frequency_penalty": s.frequency_penalty, "ignore_eos": req.ignore_eos,
             "return_tokens": True, "cache_prompt": False,
         }
+        if s.seed is not None:
+            body["seed"] = s.seed
         if req.stop:
             body["stop"] = list(req.stop)
         if req.logprobs is not None:

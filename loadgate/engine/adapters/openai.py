@@ -93,9 +93,10 @@ class _OpenAIBase(PromptTokenize):
             "model": model, "max_tokens": req.max_tokens, "stream": req.stream,
             "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p,
             "repetition_penalty": s.repetition_penalty, "presence_penalty": s.presence_penalty,
-            "frequency_penalty": s.frequency_penalty, "seed": s.seed,
-            "ignore_eos": req.ignore_eos, "return_token_ids": True,
+            "frequency_penalty": s.frequency_penalty, "ignore_eos": req.ignore_eos, "return_token_ids": True,
         }
+        if s.seed is not None:
+            body["seed"] = s.seed
         if req.stop:
             body["stop"] = list(req.stop)
         if req.stream:
@@ -124,6 +125,10 @@ class _OpenAIBase(PromptTokenize):
 
     def _choice_text(self, choice: dict[str, Any]) -> str:
         return choice.get("text") or ""
+
+    def _choice_reasoning(self, choice: dict[str, Any]) -> str:
+        """The reasoning text of a chat delta (none on the completions route)."""
+        return ""
 
     # -- decoding -------------------------------------------------------------------------
     @staticmethod
@@ -186,6 +191,8 @@ class _OpenAIBase(PromptTokenize):
                     saw_logprobs = True
                 piece = self._choice_text(choice)
                 text.append(piece)
+                thought = "" if piece else self._choice_reasoning(choice)
+                piece = piece or thought
                 source: TokenSource
                 if ids:
                     n, source = len(ids), "ids"
@@ -209,7 +216,7 @@ class _OpenAIBase(PromptTokenize):
                 self._positions(d, n if self.placeholder_zero else None, lps, tops)
                 if n > 0:
                     missing_ids = missing_ids or not ids
-                    d.chunks.append(Chunk(t_ns, n, list(ids) if ids else None))
+                    d.chunks.append(Chunk(t_ns, n, list(ids) if ids else None, bool(thought)))
                     source_rank = max(source_rank, _RANK[source])
         d.text = "".join(text)
         d.token_source = next(k for k, v in _RANK.items() if v == source_rank)
@@ -280,6 +287,13 @@ class OpenAIChat(_OpenAIBase):
     def _choice_text(self, choice: dict[str, Any]) -> str:
         part = choice.get("delta") or choice.get("message") or {}
         return part.get("content") or ""
+
+    def _choice_reasoning(self, choice: dict[str, Any]) -> str:
+        """A reasoning parser's text: `reasoning_content` (vLLM before 0.10, SGLang, llama-server)
+        or `reasoning` (vLLM since); a string, else nothing."""
+        part = choice.get("delta") or choice.get("message") or {}
+        got = part.get("reasoning_content") or part.get("reasoning")
+        return got if isinstance(got, str) else ""
 
 
 APIS = {"openai-completions": OpenAICompletions, "openai-chat": OpenAIChat}  # no family: the metrics tell

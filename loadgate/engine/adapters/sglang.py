@@ -65,8 +65,10 @@ class SGLangGenerate(PromptTokenize):
             "max_new_tokens": req.max_tokens, "temperature": s.temperature, "top_p": s.top_p,
             "top_k": s.top_k, "min_p": s.min_p, "repetition_penalty": s.repetition_penalty,
             "presence_penalty": s.presence_penalty, "frequency_penalty": s.frequency_penalty,
-            "ignore_eos": req.ignore_eos, "sampling_seed": s.seed,
+            "ignore_eos": req.ignore_eos,
         }
+        if s.seed is not None:
+            params["sampling_seed"] = s.seed
         if req.stop:
             params["stop"] = list(req.stop)
         body: dict[str, Any] = {"sampling_params": params, "stream": req.stream}
