@@ -58,9 +58,10 @@ Schema version 7 — fields of one record:
   reasoning_tokens   tokens the engine streamed as reasoning (`reasoning_content` / `reasoning`
                      deltas) before or between answer tokens; null where the response carried
                      none, or the API has no reasoning field (new in v7)
-  answer_chunk       index in chunk_ns of the first chunk carrying answer tokens; null when no
-                     chunk did (all reasoning, or no chunks); records without reasoning have 0
-                     where they have chunks (new in v7)
+  answer_chunk       index in chunk_ns of the first chunk carrying answer text (a chunk of ids
+                     with no text, such as a reasoning parser's <think> markers, is neither); 0
+                     where no chunk carried text of either kind; null when every chunk was
+                     reasoning or markers, or there were none (new in v7)
 
 Version 6 had the same fields less `reasoning_tokens` and `answer_chunk` (read as null and, where
 the record has chunks, 0: every chunk counted as answer; the chat adapter read only `content`).

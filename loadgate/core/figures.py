@@ -155,7 +155,8 @@ FIGURES: tuple[Figure, ...] = (
            "tokens a request's response streamed as reasoning (reasoning_content / reasoning), requests with any",
            samples=_reasoning_tokens, table=True, title="Reasoning tokens per request", reasoning=True),
     Figure("answer_tokens", "tokens", "distribution", "higher",
-           "sum_j n_j less the reasoning tokens, requests that streamed reasoning", samples=_answer_tokens,
+           "sum_j n_j less the reasoning tokens (a parser's marker tokens count here), requests that streamed "
+           "reasoning", samples=_answer_tokens,
            table=True, title="Answer tokens per request", reasoning=True),
     Figure("itl", "ms", "distribution", "lower",
            "inter-token latency: for each chunk j >= 2, n_j samples of (t_j - t_{j-1}) / n_j; a "

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgate.engine.adapters.base import Decoded
+from loadgate.engine.adapters.base import Chunk, Decoded
 from loadgate.errors import ResultsNotWritten
 from loadgate.load.exchanges import Exchange, ExchangeLog
 from loadgate.load.exchanges import read as read_log
@@ -49,7 +49,16 @@ def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | 
             d.spec.reported_acceptance_length),
         counts_received=d.counts_received or None, category=req.category,
         reasoning_tokens=sum(c.n_tokens for c in d.chunks if c.reasoning) or None,
-        answer_chunk=next((j for j, c in enumerate(d.chunks) if not c.reasoning), None))
+        answer_chunk=answer_chunk(d.chunks))
+
+
+def answer_chunk(chunks: list[Chunk]) -> int | None:
+    """Index of the first chunk of answer text; without any, the first chunk when none carried
+    reasoning either (ids alone), else None (all reasoning and markers)."""
+    first = next((j for j, c in enumerate(chunks) if c.reasoning is False), None)
+    if first is None and chunks and not any(c.reasoning for c in chunks):
+        return 0
+    return first
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,9 @@ Steps, all seeded:
    carry the template (transformers 5 writes ``TokenizersBackend`` and only a .jinja file);
 3. a Llama target (4 layers, hidden 256, 4 heads, 2 KV heads, intermediate 768) and a draft
    (1 layer, hidden 128) sharing the tokenizer, trained briefly (deterministic algorithms, a fixed
-   thread count) and saved as float32 safetensors;
+   thread count) and saved as float32 safetensors; and a "reasoner" (2 layers, hidden 128) with a
+   tokenizer of its own whose specials add ``<think>`` and ``</think>``, trained only on chats whose
+   every reply opens with a ``<think> ... </think>`` block (for vLLM's reasoning parser);
 4. GGUF files (f32 and bf16 of both) from ``convert_hf_to_gguf.py`` of the llama.cpp source in the
    ``llama-cpp-python`` sdist (``common.llama_cpp_source()``). The converter does not know a freshly
    trained BPE vocabulary; it is run through a small wrapper that replaces
@@ -63,7 +65,13 @@ PARAMS: dict[str, Any] = {
     "draft": {"num_hidden_layers": 1, "hidden_size": 128, "num_attention_heads": 2,
               "num_key_value_heads": 1, "intermediate_size": 384, "steps": 150},
     "gguf_types": ["f32", "bf16"],
+    # a chat model of its own tokenizer (the specials plus <think> and </think>) that opens every reply
+    # with a <think> ... </think> block, for the reasoning parsers' tests; HF only, no GGUF
+    "reasoner": {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2,
+                 "num_key_value_heads": 1, "intermediate_size": 384, "steps": 300, "docs": 3000,
+                 "vocab_size": 1024},
 }
+THINK = ("<think>", "</think>")
 
 # ------------------------------------------------------------------------------------ corpus
 NOUNS = ("cache server token queue batch stream value window river garden city letter market "
@@ -159,6 +167,21 @@ class CorpusGen:
         return "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
 
 
+    def reasoning_chat(self) -> str:
+        """A chat whose every assistant reply opens with `<think> ... </think>` (one to three sentences
+        of reasoning), then answers in a sentence."""
+        r = self.r
+        turns = []
+        for _ in range(r.randint(1, 2)):
+            noun = self.noun()
+            verb = r.choice(VERBS)
+            thought = " ".join(self.sentence() for _ in range(r.randint(1, 3)))
+            turns.append(("user", f"How do I {verb} the {noun}?"))
+            turns.append(("assistant", f"{THINK[0]}\nThe user asks how to {verb} the {noun}. {thought}\n{THINK[1]}\n\n"
+                                       f"To {verb} the {noun}, {r.choice(VERBS)} the {r.choice(ADJS)} {self.noun()} first."))
+        return "".join(f"<|im_start|>{role}\n{text}<|im_end|>\n" for role, text in turns)
+
+
 def make_corpus(seed: int, docs: int, lexicon_size: int) -> list[str]:
     """`docs` documents: 45 % code, 40 % prose, 15 % chat; the same list for the same seed."""
     g = CorpusGen(seed, lexicon_size)
@@ -170,7 +193,7 @@ def make_corpus(seed: int, docs: int, lexicon_size: int) -> list[str]:
 
 
 # -------------------------------------------------------------------------------- tokenizer
-def make_tokenizer(docs: list[str], out: Path, vocab_size: int) -> Any:
+def make_tokenizer(docs: list[str], out: Path, vocab_size: int, specials: list[str] = SPECIALS) -> Any:
     """Train the byte-level BPE and save it as a PreTrainedTokenizerFast in `out`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -179,7 +202,7 @@ def make_tokenizer(docs: list[str], out: Path, vocab_size: int) -> Any:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, min_frequency=2,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, min_frequency=2,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(docs, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
@@ -293,7 +316,8 @@ def build_key() -> str:
 
 def paths_of(root: Path) -> dict[str, str]:
     """The paths the tests use, inside one build folder."""
-    p = {"root": root, "target": root / "hf" / "target", "draft": root / "hf" / "draft"}
+    p = {"root": root, "target": root / "hf" / "target", "draft": root / "hf" / "draft",
+         "reasoner": root / "hf" / "reasoner"}
     for who in ("target", "draft"):
         for t in PARAMS["gguf_types"]:
             p[f"{who}_{t}_gguf"] = root / "gguf" / f"{who}-{t}.gguf"
@@ -326,6 +350,13 @@ def build(root: Path) -> dict[str, Any]:
         t = time.monotonic()
         training[name] = make_model(name, PARAMS[name], blocks, tok, root / "hf" / name)
         times[f"{name}_s"] = round(time.monotonic() - t, 1)
+    t = time.monotonic()
+    g = CorpusGen(PARAMS["seed"] + 2, PARAMS["lexicon"] // 4)
+    chats = [g.reasoning_chat() for _ in range(PARAMS["reasoner"]["docs"])]
+    rtok = make_tokenizer(chats, root / "reasoner-tokenizer", PARAMS["reasoner"]["vocab_size"], SPECIALS + list(THINK))
+    training["reasoner"] = make_model("reasoner", PARAMS["reasoner"], token_blocks(chats, rtok, PARAMS["seq_len"]),
+                                      rtok, root / "hf" / "reasoner")
+    times["reasoner_s"] = round(time.monotonic() - t, 1)
     vendor = llama_cpp_source()
     (root / "gguf").mkdir()
     for name in ("target", "draft"):

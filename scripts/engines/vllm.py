@@ -56,6 +56,8 @@ class Variant:
     k: int = 4
     max_num_seqs: int | None = None  # None: vLLM's default
     enforce_eager: bool = True
+    model: str = "target"  # which of make_models' models it serves (a key of its --paths)
+    reasoning_parser: str | None = None  # --reasoning-parser: reasoning streamed apart from the answer
 
 
 VARIANTS: dict[str, Variant] = {
@@ -63,6 +65,9 @@ VARIANTS: dict[str, Variant] = {
     "ngram": Variant("ngram", speculative="ngram"),
     "draft": Variant("draft", speculative="draft_model"),
     "bf16": Variant("bf16", dtype="bfloat16"),
+    # the reasoner (every reply opens with <think> ... </think>) behind DeepSeek-R1's parser, which
+    # streams what is between the markers as the delta's reasoning
+    "reasoner": Variant("reasoner", model="reasoner", reasoning_parser="deepseek_r1"),
 }
 
 
@@ -118,6 +123,8 @@ def argv_for(v: Variant, target_dir: str, draft_dir: str | None, port: int) -> l
         argv.append("--enforce-eager")
     if v.max_num_seqs is not None:
         argv += ["--max-num-seqs", str(v.max_num_seqs)]
+    if v.reasoning_parser is not None:
+        argv += ["--reasoning-parser", v.reasoning_parser]
     spec = speculative_config(v, draft_dir)
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec, sort_keys=True)]
@@ -146,6 +153,8 @@ def declared_for(v: Variant, target_dir: str, draft_dir: str | None) -> dict[str
         "max_model_len": str(MAX_MODEL_LEN), "kv_cache_space_gib": str(KV_CACHE_GIB),
         "tool_call_parser": TOOL_CALL_PARSER, "structured_outputs": "disable_any_whitespace",
     }
+    if v.reasoning_parser is not None:
+        out["reasoning_parser"] = v.reasoning_parser
     if v.speculative != "none":
         out["speculative_k"] = str(v.k)
         out["per_request_spec_metrics"] = "summary" if supports_per_request_spec_metrics() else "unsupported"
@@ -175,10 +184,11 @@ def make_server(v: Variant | str, models: dict[str, str], *, log_dir: Path | Non
     port = port or free_port()
     log_dir = log_dir or cache_dir() / "logs"
     draft = models.get("draft")
-    return Server(argv_for(variant, models["target"], draft, port), port=port,
+    served = models[variant.model]
+    return Server(argv_for(variant, served, draft, port), port=port,
                   log_path=log_dir / f"vllm-{variant.name}-{port}.log", env=server_env(),
                   ready_timeout_s=ready_timeout_s, grace_s=20.0, cwd=log_dir,
-                  info={"variant": variant.name, "declared": declared_for(variant, models["target"], draft)})
+                  info={"variant": variant.name, "declared": declared_for(variant, served, draft)})
 
 
 def start(v: Variant | str, models: dict[str, str], **kw: Any) -> Server:

@@ -14,6 +14,7 @@ Run with `python -m pytest -q -m engine tests/engines/test_vllm.py` after
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -508,3 +509,164 @@ def test_replay_of_a_bfloat16_bundle_reproduces_the_divergence(servers, bf16_che
     assert main(["replay", str(bundle), "--endpoint", srv.url, "--times", "2"]) == 10
     out = capsys.readouterr().out
     assert out.count(f"diverges at token {fd} ") == 2, out
+
+
+# --- the request body (issue 28): production sampling, and a reasoning model's phases ---------------
+
+def _body_run(srv: Any, work: Path, name: str, *, api: str = "openai-completions", load: dict[str, Any],
+              workload: dict[str, Any], extra_body: dict[str, Any] | None = None) -> dict[str, Any]:
+    doc = {"name": name, "seed": 7,
+           "target": {"endpoint": srv.url, "api": api, "declared": srv.info["declared"], "timeout_s": 120,
+                      "extra_body": extra_body or {}},
+           "workload": workload, "load": load, "health": HEALTH_LAX,
+           "output": {"dir": str(work / "out"), "run_id": name}}
+    p = work / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code = main(["run", "-q", "--unverified", str(p)])
+    run = work / "out" / name
+    return {"code": code, "summary": load_json(run / "summary.json"), "verdict": load_json(run / "verdict.json"),
+            "records": [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]}
+
+
+def test_vllm_sampled_at_0_8_with_natural_stops_is_measured_not_invalid(servers, tmp_path, engine_logs):
+    """temperature 0.8, a seed per request, EOS honoured and a stop string: vLLM ends requests early
+    (finish reason `stop`) at lengths of its own, which the run reports instead of calling them off
+    the plan; the extra body key reaches vLLM (it answers with its own kwargs unchanged)."""
+    srv = servers.get("plain")
+    got = _body_run(srv, tmp_path, "sampled", load={"concurrency": 4, "request": {
+        "temperature": 0.8, "top_p": 0.95, "seed": "per_request", "ignore_eos": False, "stop": ["."]}},
+        workload={"requests": 24, "input_len": {"dist": "fixed", "value": 32},
+                  "output_len": {"dist": "fixed", "value": 64}}, extra_body={"repetition_penalty": 1.05})
+    assert got["code"] == 11, got["verdict"]  # unverified, not invalid (30)
+    tc = got["summary"]["levels"]["4"]["token_counts"]
+    recs = [r for r in got["records"] if not r["warmup"]]
+    lengths = {r["completion_tokens"] for r in recs}
+    reasons = {r["finish_reason"] for r in recs}
+    note(engine_logs, test="sampled_natural_stops", lengths=sorted(lengths), reasons=sorted(reasons),
+         finish_reasons=tc["finish_reasons"])
+    assert len(lengths) >= 2 and "stop" in reasons, (lengths, reasons)
+    assert tc["natural_lengths"] and tc["ok"] and tc["completion_mismatches"] == 0, tc
+    assert all(r["completion_tokens"] <= 64 for r in recs)
+    assert "sampled (temperature 0.8)" in got["verdict"]["caveats"][0]
+
+
+def test_vllm_reasoning_parser_streams_a_reasoning_phase_whose_tokens_and_time_are_measured(
+        servers, tmp_path, engine_logs):
+    """The reasoner opens every reply with <think> ... </think>; vLLM's DeepSeek-R1 parser streams
+    what lies between as the delta's reasoning. Per prompt, loadgate's reasoning tokens are the
+    tokens between the markers in vLLM's own ids for the same prompt asked whole (greedy, here with
+    urllib), and the first answer token comes after the first token."""
+    srv = servers.get("reasoner")
+    tok = json.loads((Path(servers.models["reasoner"]) / "tokenizer.json").read_text())
+    start_id, end_id = (next(t["id"] for t in tok["added_tokens"] if t["content"] == m) for m in ("<think>", "</think>"))
+    asks = [f"How do I {v} the {n}?" for v, n in (("load", "cache"), ("sort", "queue"), ("merge", "table"),
+                                                 ("check", "window"), ("parse", "file"), ("reset", "index"))]
+    rows = tmp_path / "asks.jsonl"
+    rows.write_text("".join(json.dumps({"messages": [{"role": "user", "content": a}], "category": f"ask{k}"}) + "\n"
+                            for k, a in enumerate(asks)))  # no reply: each output is workload.output_len long
+    got = _body_run(srv, tmp_path, "reasoning", api="openai-chat", load={"concurrency": 2},
+                    workload={"requests": len(asks), "dataset": {"path": str(rows), "order": "file"},
+                              "output_len": {"dist": "fixed", "value": 160}})
+    assert got["code"] == 11, got["verdict"]
+    recs = {r["category"]: r for r in got["records"] if not r["warmup"]}
+    between = {}
+    for k, a in enumerate(asks):
+        body = {"model": "tiny", "messages": [{"role": "user", "content": a}], "max_tokens": 160, "temperature": 0,
+                "ignore_eos": True, "return_token_ids": True}
+        ids = post_json(srv.url + "/v1/chat/completions", body)["choices"][0]["token_ids"]
+        assert ids[0] == start_id and end_id in ids, ids[:8]  # the reasoner's form: <think> first, closed
+        between[f"ask{k}"] = ids.index(end_id) - 1
+    m = got["summary"]["levels"]["2"]["metrics"]
+    note(engine_logs, test="reasoning", reasoning_tokens={c: r["reasoning_tokens"] for c, r in recs.items()},
+         between=between, ttft_p50=m["ttft"]["p50"], ttfa_p50=m["ttfa"]["p50"])
+    assert {c: r["reasoning_tokens"] for c, r in recs.items()} == between
+    assert all(r["chunk_ns"][r["answer_chunk"]] > r["chunk_ns"][0] for r in recs.values())
+    assert m["ttfa"]["p50"] > m["ttft"]["p50"] and m["reasoning_tokens"]["count"] == len(asks)
+
+
+# --- docs/operators.md (issue 28): the operator's path, command by command ---------------------------
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "operators.md"
+
+
+def guide_commands() -> list[tuple[str, list[str]]]:
+    """Each `$ loadgate ...` line of the guide with the output lines quoted under it."""
+    out = []
+    for block in re.findall(r"```text\n(.*?)```", GUIDE.read_text(), flags=re.S):
+        lines = block.rstrip("\n").split("\n")
+        if lines[0].startswith("$ loadgate "):
+            out.append((lines[0][2:], lines[1:]))
+    return out
+
+
+def guide_shape(line: str) -> str:
+    """A line with what differs between runs and machines replaced: hashes, numbers, run stamps."""
+    line = re.sub(r"corpus \S+", "corpus PATH", line)  # the tests replay their small corpus
+    line = re.sub(r"\b[0-9a-f]{12,64}\b", "H", line)
+    line = re.sub(r"-\d{8}T\d{6}Z(-\d+)?", "-RUN", line)
+    line = re.sub(r"(?<![0-9A-Za-z])\d[\d,]*(\.\d+)?", "N", line)
+    return re.sub(r" {2,}", " ", line).rstrip()
+
+
+def quoted_in_order(quoted: list[str], printed: list[str]) -> None:
+    """Every quoted line (`…` skips any number of lines) appears in the printed output, in order."""
+    got = [guide_shape(x) for x in printed]
+    k = 0
+    for want in quoted:
+        if want == "…":
+            continue
+        w = guide_shape(want)
+        while k < len(got) and got[k] != w:
+            k += 1
+        assert k < len(got), f"quoted line not printed (in order): {want!r}\nprinted:\n" + "\n".join(printed)
+        k += 1
+
+
+def test_every_command_of_the_operators_guide_runs_and_prints_what_it_quotes(servers, small_corpus, tmp_path,
+                                                                           engine_logs):
+    """docs/operators.md against vLLM: the reference configuration (no speculation) gives the
+    baseline, the candidate (n-gram speculation) passes `check` and `run`, each printing the lines
+    the guide quotes. The guide's profiles are used as written, but for the server's address and
+    the engine tests' small corpus (a cut corpus per engine keeps CI inside its budget)."""
+    import subprocess
+    import sys
+
+    commands = guide_commands()
+    assert [c.split()[1] for c, _ in commands] == ["baseline", "check", "run"]
+    repo = GUIDE.parents[1]
+    (tmp_path / "profiles" / "operators").mkdir(parents=True)
+
+    def place(name: str, url: str, baseline: str | None = None) -> None:
+        doc = yaml.safe_load((repo / "profiles" / "operators" / name).read_text())
+        doc["target"]["endpoint"] = url
+        doc["exactness"]["corpus"] = str(small_corpus)
+        if baseline is not None:
+            doc["exactness"]["baseline"] = baseline
+        (tmp_path / "profiles" / "operators" / name).write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def run(cmd: str) -> tuple[int, list[str]]:
+        p = subprocess.run([sys.executable, "-m", "loadgate", *cmd.split()[1:]], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(repo)})
+        note(engine_logs, test="operators guide", command=cmd, code=p.returncode, stdout=p.stdout[-3000:],
+             stderr=p.stderr[-2000:])
+        return p.returncode, p.stdout.rstrip("\n").split("\n")
+
+    ref = servers.get("plain")
+    place("vllm-reference.yaml", ref.url)
+    (cmd, quoted), *rest = commands
+    code, printed = run(cmd)
+    assert code == 0, printed
+    quoted_in_order(quoted, printed)
+    baseline = printed[-1].strip()
+    assert (tmp_path / baseline).is_file()
+    cand = servers.get("ngram")
+    place("vllm-candidate.yaml", cand.url, "../../" + baseline)  # read from the profile's folder, as the guide says
+    for cmd, quoted in rest:
+        code, printed = run(cmd)
+        if code == 30:  # invalid: the engine shares the client's two cores; the run must say so
+            invalid = [x for x in printed if x.startswith("INVALID: ")]
+            assert len(invalid) == 1 and any(w in invalid[0] for w in ("the host took", "lower the concurrency")), printed
+            quoted = [x for x in quoted if not x.startswith("outcome: ")]
+        else:
+            assert code == 0, printed
+        quoted_in_order(quoted, printed)

@@ -61,7 +61,9 @@ class Chunk:
     t_ns: int
     n_tokens: int
     ids: list[int] | None = None
-    reasoning: bool = False  # its tokens were streamed as reasoning (`reasoning_content` / `reasoning`)
+    # its tokens were streamed as reasoning (`reasoning_content` / `reasoning`): True; as answer text:
+    # False; with no text of either kind (ids alone: a reasoning parser's <think> markers): None
+    reasoning: bool | None = False
 
 
 @dataclass(slots=True)

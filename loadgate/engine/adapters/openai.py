@@ -192,6 +192,7 @@ class _OpenAIBase(PromptTokenize):
                 piece = self._choice_text(choice)
                 text.append(piece)
                 thought = "" if piece else self._choice_reasoning(choice)
+                kind = True if thought else False if piece else None  # reasoning / answer / tokens only
                 piece = piece or thought
                 source: TokenSource
                 if ids:
@@ -216,7 +217,7 @@ class _OpenAIBase(PromptTokenize):
                 self._positions(d, n if self.placeholder_zero else None, lps, tops)
                 if n > 0:
                     missing_ids = missing_ids or not ids
-                    d.chunks.append(Chunk(t_ns, n, list(ids) if ids else None, bool(thought)))
+                    d.chunks.append(Chunk(t_ns, n, list(ids) if ids else None, kind))
                     source_rank = max(source_rank, _RANK[source])
         d.text = "".join(text)
         d.token_source = next(k for k, v in _RANK.items() if v == source_rank)
