@@ -73,6 +73,10 @@ def validate(profile: str) -> None:
         say(f"note: load.warmup_requests ({p.load.warmup_requests}) is below the concurrency ({slots}): "
             f"up to {slots - p.load.warmup_requests} measured requests per level open a connection, "
             "and their TTFT includes it")
+    if p.ab is not None and p.ab.baseline.extra_body != p.target.extra_body:
+        keys = sorted(set(p.ab.baseline.extra_body) ^ set(p.target.extra_body)) or sorted(p.target.extra_body)
+        say(f"note: ab.baseline.extra_body differs from target.extra_body ({', '.join(keys)}): the two sides send "
+            "different request bodies; give the baseline the same keys to compare like with like")
 
 
 TARGET_TVS = (0.05, 0.02, 0.01)

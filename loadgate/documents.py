@@ -169,12 +169,14 @@ class HealthPhase(Document):
 
 @dataclass(frozen=True)
 class RequestSide(Document):
-    """The request side of a fingerprint: the API and every sampling parameter sent."""
+    """The request side of a fingerprint: the API, every sampling parameter sent, and the profile's
+    `target.extra_body` as written where it has any key."""
 
     api: str | Absent = ABSENT  # (fingerprints saved before it was named lack it)
     sampling: dict[str, Any] = field(default_factory=dict)
     logprobs: int | None = None
     check_scenarios: Any = ABSENT  # (written by early versions; left out of comparisons)
+    extra_body: dict[str, Any] | Absent = ABSENT  # (absent without one: the hash is as before)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import orjson
 
 from loadgate.config.profile import Profile
 from loadgate.engine.adapters import is_chat
+from loadgate.engine.adapters.base import template_kwargs
 from loadgate.errors import (
     EngineError,
     ExactnessFailed,
@@ -155,7 +156,8 @@ async def prepare_tokens(profile: Profile, e: Engine) -> Tokens:
     requests, counted by that source; done before the exactness check so that a missing source or
     a dataset that filters to nothing fails in seconds, not after the check."""
     tp, overhead = await token_pool(profile.workload.tokenizer, profile.resolve, e.session, e.base, e.model,
-                                    profile.target.api, is_chat(profile.target.api))
+                                    profile.target.api, is_chat(profile.target.api),
+                                    template_kwargs(profile.target.extra_body))
     rows = open_rows(profile)
     if rows is None:
         return tp, overhead, None

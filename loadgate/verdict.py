@@ -125,10 +125,15 @@ def sampling_caveats(profile: dict[str, Any]) -> list[str]:
     the only check that speaks for sampled output (the scenarios replay greedy)."""
     temp = float(((profile.get("load") or {}).get("request") or {}).get("temperature") or 0.0)
     ex = profile.get("exactness")
-    if temp == 0.0 or (isinstance(ex, dict) and ex.get("sampling")):
+    contract = (ex.get("sampling") if isinstance(ex, dict) else None) or {}
+    backed = (contract.get("seeded_replay") or contract.get("distribution_preserving")) \
+        and float(contract.get("temperature") or 0.0) == temp
+    if temp == 0.0 or backed:
         return []
-    return [f"the requests were sampled (temperature {temp:g}) and no sampling contract (exactness.sampling) "
-            "covered sampled output: the check proved greedy output only"]
+    why = (f"the sampling contract ran at temperature {float(contract.get('temperature') or 0.0):g}" if contract.get(
+        "seeded_replay") or contract.get("distribution_preserving") else "no sampling contract (exactness.sampling) "
+        "covered sampled output")
+    return [f"the requests were sampled (temperature {temp:g}) and {why}: the check proved greedy output only"]
 
 
 def _decide(invalid: list[str], unverified: bool, judged: list[LevelJudgement], ab_decision: str | None,

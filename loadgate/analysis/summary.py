@@ -75,16 +75,18 @@ class TokenCounts:
 def token_check(records: list[Record], limit: float, natural_lengths: bool = False) -> TokenCounts:
     """Per request, the server's prompt and completion counts against the plan. With
     `natural_lengths` (the model may end an output early: EOS honoured, or stop strings), a
-    completion is off the plan only when it is longer than planned (max_tokens), and the lengths
-    received are reported."""
+    completion is off the plan only when it is longer than planned (max_tokens) or ended for length
+    short of it, and the lengths received are reported."""
     checked = [r for r in records if r.succeeded]
     prompt_bad = [r.i for r in checked if r.prompt_tokens is not None
                   and r.prompt_tokens_planned is not None and r.prompt_tokens != r.prompt_tokens_planned]
     impossible = [r for r in checked if r.counts_received]
 
     def off(r: Record) -> bool:
-        n = r.output_tokens
-        return n > r.output_tokens_planned if natural_lengths else n != r.output_tokens_planned
+        n, planned = r.output_tokens, r.output_tokens_planned
+        if natural_lengths:  # longer than max_tokens, or cut for length before reaching it
+            return n > planned or (r.finish_reason == "length" and n < planned)
+        return n != planned
 
     out_bad = [r.i for r in checked if off(r)
                and not (r.completion_tokens is None and "completion_tokens" in (r.counts_received or {}))]
@@ -242,11 +244,12 @@ NO_GROUP = "(none)"  # the group of the records that have no value for the field
 turn, time slice and endpoint)."""
 
 
-def group_figures(records: list[Record], window_s: float | None, counters: dict[str, Any] | None) -> dict[str, Any] | None:
+def group_figures(records: list[Record], window_s: float | None, counters: dict[str, Any] | None,
+                  drop: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """Per value of each of `GROUP_FIELDS` the records have: its requests' figures (every
-    distribution, its output tokens per second of the level's window, acceptance from per-request
-    fields), and whether the groups' acceptance adds up to the level's counter deltas. None when no
-    record has a value for any of them."""
+    distribution but those in `drop`, as the level leaves them out; its output tokens per second of
+    the level's window, acceptance from per-request fields), and whether the groups' acceptance adds
+    up to the level's counter deltas. None when no record has a value for any of them."""
     out: dict[str, Any] = {}
     for name in GROUP_FIELDS:
         parts: dict[str, list[Record]] = {}
@@ -259,7 +262,7 @@ def group_figures(records: list[Record], window_s: float | None, counters: dict[
             sub = parts[v]
             s = summarize(sub)
             by[v] = {"requests": s["requests"], "succeeded": s["succeeded"], "failed": s["failed"],
-                     "errors": s["errors"], "metrics": s["metrics"], "throughput": throughput_over(sub, window_s),
+                     "errors": s["errors"], "metrics": {k: m for k, m in s["metrics"].items() if k not in drop}, "throughput": throughput_over(sub, window_s),
                      "acceptance": {"per_request": from_records(sub)}}
         out[name] = {"by": by, "acceptance_adds_up": groups_add_up(by, counters)}
     return out or None
@@ -276,10 +279,12 @@ STREAM_ONLY = ("ttft", "ttft_error_adjusted", "ttfa", "itl", "itl_answer", "inte
 def level_summary(records: list[Record], server: ServerLevel | None, health: list[HealthPhase],
                   profile: dict[str, Any], cpus: dict[str, Any] | None = None) -> LevelSummary:
     s = summarize(records)
+    drop: tuple[str, ...] = ()
     if not (profile.get("load") or {}).get("stream", True):  # one "chunk" per response: its whole body
-        s["metrics"] = {k: v for k, v in s["metrics"].items() if k not in STREAM_ONLY}
+        drop += STREAM_ONLY
     if not any(r.reasoning_tokens for r in records if r.succeeded):  # no reasoning phase to count
-        s["metrics"] = {k: v for k, v in s["metrics"].items() if k not in REASONING_FIGURES}
+        drop += REASONING_FIGURES
+    s["metrics"] = {k: v for k, v in s["metrics"].items() if k not in drop}
     tc = token_check(records, profile["workload"]["token_mismatch_limit"], natural(request_settings(profile)))
     per_request = from_records(records)
     acceptance = Acceptance(per_request)
@@ -299,7 +304,9 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
                         for p in contaminated["problems"]]
     if not tc.ok:
         invalid.append(f"{tc.mismatch_fraction:.1%} of requests had token counts off the plan "
-                       f"(limit {tc.limit:.1%}): check the tokenizer and that ignore_eos is honoured")
+                       f"(limit {tc.limit:.1%}): check the tokenizer and " + (
+                           "that max_tokens is honoured (an output longer than it, or ended for length short of it)"
+                           if tc.natural_lengths else "that ignore_eos is honoured"))
     h = merge_health(health, schedule_lag(records))
     lag = h.loop_lag_ms.get("p99")
     h = dataclasses.replace(h, stamp_bound=stamp_bound(records, None if lag is None else float(lag)))
@@ -310,7 +317,7 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
         invalid += verdict(dataclasses.asdict(h), b, cpus, unbounded)
         h = dataclasses.replace(h, warnings=warnings(dataclasses.asdict(h), b))
     throughput = Throughput(**s["throughput"])
-    groups = group_figures(records, throughput.window_s, acceptance.counters)
+    groups = group_figures(records, throughput.window_s, acceptance.counters, drop)
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
                         sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups)

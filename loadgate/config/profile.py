@@ -209,19 +209,25 @@ class Target:
             return [("endpoint", f"expected 'embedded' or an http:// or https:// URL, got {self.endpoint!r}")]
         if self.metrics_url is not None and not is_http_url(self.metrics_url):
             return [("metrics_url", f"expected an http:// or https:// URL, got {self.metrics_url!r}")]
-        for key in self.extra_body:
+        # top-level keys, and SGLang's sampling_params and the stream's options, where loadgate's own live too
+        nested = [(f"{k}.{sub}", sub) for k in ("sampling_params", "stream_options")
+                  if isinstance(self.extra_body.get(k), dict) for sub in self.extra_body[k]]
+        for path, key in [(k, k) for k in self.extra_body] + nested:
             if key in REQUEST_KEYS:
-                return [(f"extra_body.{key}", f"set by load.request.{REQUEST_KEYS[key]} (the exactness check sets "
+                return [(f"extra_body.{path}", f"set by load.request.{REQUEST_KEYS[key]} (the exactness check sets "
                          "its own), not here")]
             if key in OWN_KEYS and not self.extra_body_override:
-                return [(f"extra_body.{key}", "loadgate sets this key itself (model, prompt, messages, stream, "
-                         "max_tokens); set target.extra_body_override: true to replace it")]
+                return [(f"extra_body.{path}", "loadgate sets this key itself (model, prompt, messages, stream, "
+                         "max_tokens, and what makes the server return ids, counts and logprobs); set "
+                         "target.extra_body_override: true to replace it")]
         return []
 
 
 # Body keys loadgate sets on every request: refused in target.extra_body unless extra_body_override
 OWN_KEYS = frozenset({"model", "prompt", "messages", "stream", "max_tokens", "max_completion_tokens", "n_predict",
-                      "text", "input_ids"})
+                      "max_new_tokens", "text", "input_ids", "include_usage", "continuous_usage_stats",
+                      "return_token_ids", "return_tokens_as_token_ids", "return_tokens", "cache_prompt", "logprobs",
+                      "top_logprobs", "n_probs", "return_logprob", "top_logprobs_num", "n", "best_of"})
 # Body keys load.request sets (per engine spelling): refused in extra_body, with the key to use instead
 REQUEST_KEYS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
                 "seed": "seed", "sampling_seed": "seed", "ignore_eos": "ignore_eos", "stop": "stop"}
@@ -309,10 +315,6 @@ class RequestSettings:
                             "model may stop early, and the report shows the output lengths it received")
     stop: tuple[str, ...] = knob((), "stop strings: the output ends before the first of them (implies that "
                                  "outputs may be shorter than planned)", free_text=True)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
 
     @property
     def natural_lengths(self) -> bool:

@@ -316,7 +316,7 @@ class _Converter:
 
     def json_value(self, value: Any, path: str) -> Any:
         """`value` when JSON can carry it: mappings with string keys, lists, strings, finite
-        numbers, booleans and null; dates and the like are refused by name."""
+        numbers, booleans and null (the YAML reader gives dates and times as their text)."""
         if isinstance(value, dict):  # (the YAML reader refuses a key that is not a string)
             return {k: self.json_value(v, _join(path, k)) for k, v in value.items()}
         if isinstance(value, list):

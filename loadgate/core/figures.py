@@ -68,8 +68,8 @@ def _ttft(r: Record) -> list[float]:
 
 def _ttfa(r: Record) -> list[float]:
     a = r.first_answer
-    if a is None:
-        return []
+    if a is None:  # reasoned to its end and never answered: an answer that never came, not a missing sample
+        return [float("inf")] if r.reasoning_tokens else []
     return [(r.start_ns + r.chunk_ns[a] - r.origin_ns) / 1e6]
 
 
@@ -149,7 +149,8 @@ FIGURES: tuple[Figure, ...] = (
            error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99"), title="Time to first token"),
     Figure("ttfa", "ms", "distribution", "lower",
            "time to first answer token: t_a - origin(r), a = the first chunk carrying answer tokens, not "
-           "reasoning (equal to ttft when the model streams no reasoning)", samples=_ttfa, table=True,
+           "reasoning (equal to ttft when the model streams no reasoning); +inf for a request that reasoned and "
+           "never answered", samples=_ttfa, table=True,
            title="Time to first answer token", reasoning=True, same_as="ttft"),
     Figure("reasoning_tokens", "tokens", "distribution", "lower",
            "tokens a request's response streamed as reasoning (reasoning_content / reasoning), requests with any",

@@ -31,7 +31,7 @@ from loadgate.exactness.contract import passes, verdict
 from loadgate.exactness.replay import Observed
 from loadgate.jsonutil import write_atomic
 from loadgate.load.target import LiveTarget, TargetSpec, decode, fetch
-from loadgate.net.http import SessionSettings, make_session, session_settings
+from loadgate.net.http import SessionSettings, expand_json, make_session, session_settings
 from loadgate.secrets import MASK, redact_headers, registered
 from loadgate.version import __version__
 
@@ -177,7 +177,8 @@ async def replay(doc: dict[str, Any], endpoint: str | None, times: int, concurre
     async with make_session(settings.headers, settings.ssl_for(base)) as session:
         t = LiveTarget(TargetSpec(base, api, model, 600.0, headers=settings.headers, tls=settings.tls,
                               secrets=registered()), session)
-        body = orjson.dumps(doc["request"])
+        # the body as the run's profile wrote it: `${NAME}` in target.extra_body read from this environment
+        body = orjson.dumps(expand_json(doc["request"], "the bundle's request"))
         try:
             for k in range(times):
                 companions = [asyncio.ensure_future(fetch(t, body, f"replay-{doc['case']}-{k}-with-{j}"))

@@ -18,7 +18,14 @@ import aiohttp
 import orjson
 
 from loadgate.engine.adapters import chat_api_for
-from loadgate.engine.adapters.base import Decoded, GenRequest, Sampling, merged_body
+from loadgate.engine.adapters.base import (
+    Decoded,
+    GenRequest,
+    Sampling,
+    merged_body,
+    template_kwargs,
+    with_template_kwargs,
+)
 from loadgate.errors import EngineError
 from loadgate.exactness.compare import SeqOutput
 from loadgate.exactness.corpus import Case
@@ -60,22 +67,25 @@ class CaseSender:
         self.logprobs, self.sampling = logprobs, Sampling(seed=seed)
         self.in_flight = 0
 
-    def body(self, case: Case, **changes: Any) -> dict[str, Any]:
-        """The case's request body; `changes` replace GenRequest fields (the protocol checks')."""
+    def body(self, case: Case, *, written: bool = False, **changes: Any) -> dict[str, Any]:
+        """The case's request body; `changes` replace GenRequest fields (the protocol checks').
+        `written`: with `target.extra_body` as the profile writes it (`${NAME}` unexpanded), the body
+        baselines and bundles keep (replay expands it from its own environment)."""
         t = self.targets[case.kind]
         g = GenRequest(max_tokens=case.max_tokens, prompt_text=case.prompt, messages=case.messages, tools=case.tools,
                        ignore_eos=False, stop=case.stop, logprobs=self.logprobs or None, sampling=self.sampling,
                        stream=t.adapter.ids_in_stream)
         body = t.adapter.build_body(dataclasses.replace(g, **changes) if changes else g, self.spec.model)
-        return merged_body(body, self.spec.extra_body, check=True)
+        return merged_body(body, self.spec.extra_body_written if written else self.spec.extra_body, check=True)
 
     async def count_tokens(self, case: Case) -> int:
         """The prompt's token count from the engine's /tokenize (chat cases with their template);
         without that route, a conservative estimate of one token per 3 characters."""
         t = self.targets[case.kind]
         if case.kind == "chat":
-            body: dict[str, Any] = {"model": self.spec.model, "messages": list(case.messages or ()),
-                                    "add_generation_prompt": True}
+            body: dict[str, Any] = with_template_kwargs(
+                {"model": self.spec.model, "messages": list(case.messages or ()), "add_generation_prompt": True},
+                template_kwargs(self.spec.extra_body))
         else:
             body = t.adapter.tokenize_body(self.spec.model, case.prompt or "", add_special=None)
         try:
@@ -108,7 +118,8 @@ class CaseSender:
             self.in_flight -= 1
         d = decode(t.adapter, bool(body.get("stream", True)), raw, t.spec.max_event_bytes)
         began = raw.start_ns if raw.headers_ns is None else raw.headers_ns
-        return Observed(case.id, body, t.url, d, order, in_flight, t.spec.api, (began, raw.end_ns))
+        kept = self.body(case, written=True) if self.spec.extra_body else body  # no secret in what is kept
+        return Observed(case.id, kept, t.url, d, order, in_flight, t.spec.api, (began, raw.end_ns))
 
     async def send_all(self, cases: Sequence[Case], concurrency: int, tag: str) -> list[Observed]:
         """Send `cases` in order with `concurrency` requests in flight (closed loop)."""

@@ -48,8 +48,28 @@ def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | 
             d.spec.source, d.spec.verify_steps, d.spec.draft_tokens, d.spec.accepted,
             d.spec.reported_acceptance_length),
         counts_received=d.counts_received or None, category=req.category,
-        reasoning_tokens=sum(c.n_tokens for c in d.chunks if c.reasoning) or None,
+        reasoning_tokens=reasoning_tokens(d.chunks) or None,
         answer_chunk=answer_chunk(d.chunks))
+
+
+def reasoning_tokens(chunks: list[Chunk]) -> int:
+    """Tokens streamed as reasoning: each chunk's reasoning share, and the chunks of ids with no text
+    that lie between two reasoning chunks (a character cut across tokens, mid-thought); a parser's
+    markers (before the first reasoning text, after the last) count as neither."""
+    total, gap = 0, 0
+    seen = False
+    for c in chunks:
+        if c.reasoning is None:
+            gap += c.n_tokens if seen else 0
+            continue
+        if c.reasoning:
+            total += gap
+            seen = True
+        else:
+            seen = False
+        gap = 0
+        total += c.thought
+    return total
 
 
 def answer_chunk(chunks: list[Chunk]) -> int | None:

@@ -48,6 +48,8 @@ class TargetSpec:
     idle_timeout_s: float | None = None
     secrets: tuple[str, ...] = ()  # to mask in this process's files (worker processes register them)
     extra_body: dict[str, Any] = field(default_factory=dict)  # target.extra_body, expanded (never written)
+    extra_body_written: dict[str, Any] = field(default_factory=dict)  # as the profile writes it (${NAME} kept)
+    warmup_requests: int = 0  # the plan's warmup requests come first: measured request k is plan index k + this
     request: RequestSettings = field(default_factory=RequestSettings)  # load.request (measured requests)
     seed: int = 0  # the profile's seed: per-request sampling seeds come from it
 
@@ -60,7 +62,9 @@ def target_spec(profile: Profile, settings: SessionSettings, base: str, model: s
                       limits=Limits(lim.max_header_kib * 1024, int(lim.max_response_mb * 2**20),
                                     int(lim.memory_budget_mb * 2**20)),
                       max_event_bytes=int(lim.max_event_mb * 2**20), idle_timeout_s=lim.idle_timeout_s,
-                      secrets=registered(), extra_body=dict(settings.extra_body), seed=profile.seed, **kw)
+                      secrets=registered(), extra_body=dict(settings.extra_body),
+                      extra_body_written=dict(profile.target.extra_body), seed=profile.seed,
+                      warmup_requests=profile.load.warmup_requests, **kw)
 
 
 @dataclass
@@ -350,15 +354,18 @@ def body_for(t: LiveTarget, req: PlannedRequest) -> bytes:
         ids = None
     r = s.request
     sampling = Sampling(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
-                        seed=request_seed(s.seed, req.i) if r.seed == "per_request" else None)
+                        seed=request_seed(s.seed, req.i, req.warmup, s.warmup_requests) if r.seed == "per_request"
+                        else None)
     g = GenRequest(max_tokens=req.output_len, prompt_ids=ids, prompt_text=text, messages=req.messages,
                    stream=s.stream, ignore_eos=r.ignore_eos, stop=r.stop, sampling=sampling)
     return orjson.dumps(merged_body(t.adapter.build_body(g, s.model), s.extra_body))
 
 
-def request_seed(run_seed: int, i: int) -> int:
-    """The sampling seed of measured request `i` under `load.request.seed: per_request`: a function of
-    the profile's seed and the request's index alone (both sides of an A/B send the same seeds),
-    below 2**31 (every engine takes it)."""
-    digest = hashlib.blake2b(f"{run_seed}:{i}".encode(), digest_size=4).digest()
+def request_seed(run_seed: int, i: int, warmup: bool = False, n_warmup: int = 0) -> int:
+    """The sampling seed of plan request `i` under `load.request.seed: per_request`: a function of
+    the profile's seed and the request's index among the measured requests (or among the warmup
+    ones, apart) alone, so neither the warmup's size nor anything else changes a measured request's
+    seed, and both sides of an A/B send the same seeds; below 2**31 (every engine takes it)."""
+    kind, k = ("w", i) if warmup else ("m", i - n_warmup)
+    digest = hashlib.blake2b(f"{run_seed}:{kind}:{k}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big") & 0x7FFFFFFF

@@ -73,8 +73,9 @@ def group_table_html(s: LevelSummary, field: str = "category") -> str:
     rows = []
     for value, f in g["by"].items():
         m, acc = f["metrics"], (f["acceptance"]["per_request"] or {}).get("acceptance_length")
-        cells = [f["requests"], f["failed"], fmt(m["ttft"]["p50"]), fmt(m["ttft"]["p99"]), fmt(m["itl"]["p50"]),
-                 fmt(m["itl"]["p99"]), fmt(f["throughput"]["output_token_throughput"], 1), fmt(acc, 3)]
+        ttft, itl = m.get("ttft") or {}, m.get("itl") or {}  # none in an unstreamed run
+        cells = [f["requests"], f["failed"], fmt(ttft.get("p50")), fmt(ttft.get("p99")), fmt(itl.get("p50")),
+                 fmt(itl.get("p99")), fmt(f["throughput"]["output_token_throughput"], 1), fmt(acc, 3)]
         rows.append(f"<tr><td>{escape(value)}</td>" + "".join(f'<td class="num">{c}</td>' for c in cells) + "</tr>")
     au = g.get("acceptance_adds_up")
     note = ""

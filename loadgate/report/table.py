@@ -48,8 +48,9 @@ def group_table(s: LevelSummary, field: str = "category") -> str:
     rows = []
     for value, f in g["by"].items():
         m, acc = f["metrics"], (f["acceptance"]["per_request"] or {}).get("acceptance_length")
-        rows.append([value, f["requests"], f["failed"], fmt(m["ttft"]["p50"]), fmt(m["ttft"]["p99"]),
-                     fmt(m["itl"]["p50"]), fmt(m["itl"]["p99"]), fmt(m["request_output_rate"]["p50"], 1),
+        ttft, itl = m.get("ttft") or {}, m.get("itl") or {}  # none in an unstreamed run
+        rows.append([value, f["requests"], f["failed"], fmt(ttft.get("p50")), fmt(ttft.get("p99")),
+                     fmt(itl.get("p50")), fmt(itl.get("p99")), fmt(m["request_output_rate"]["p50"], 1),
                      fmt(f["throughput"]["output_token_throughput"], 1), fmt(acc, 3)])
     table = tabulate(rows, headers=[field, "n", "failed", "ttft p50 ms", "ttft p99 ms", "itl p50 ms", "itl p99 ms",
                                     "tok/s per req p50", "tok/s of window", "acceptance"],
@@ -235,12 +236,12 @@ def capacity_table(summary: Summary, slo: dict[str, Any]) -> str:
     rows, best = [], None
     for lv, s in levels.items():
         meets = None
-        if limits:
-            meets = all((s.metrics[names[k]]["p99"] or float("inf")) <= v for k, v in limits.items())
+        if limits:  # a figure the level has not (ttft of an unstreamed run) meets no level
+            meets = all(((s.metrics.get(names[k]) or {}).get("p99") or float("inf")) <= v for k, v in limits.items())
             if meets:
                 best = lv
-        rows.append([lv, fmt(s.throughput.output_token_throughput, 1), fmt(s.metrics["ttft"]["p99"]),
-                     fmt(s.metrics["itl"]["p99"]), "n/a" if meets is None else ("yes" if meets else "no")])
+        rows.append([lv, fmt(s.throughput.output_token_throughput, 1), fmt((s.metrics.get("ttft") or {}).get("p99")),
+                     fmt((s.metrics.get("itl") or {}).get("p99")), "n/a" if meets is None else ("yes" if meets else "no")])
     kind = summary.load
     out = "capacity:\n" + tabulate(rows, headers=[kind, "output tok/s", "ttft p99 ms", "itl p99 ms", "meets SLOs"],
                                     tablefmt="simple", disable_numparse=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -329,22 +330,29 @@ def render_compare(runs: list[Path], fmt: str) -> str:
     return "\n\n".join(out) + "".join(f"\n{c}" for c in caveats)
 
 
-def written_version(run_dir: Path) -> int:
-    """The summary version the run folder's summary.json was written at (1: none, or no file)."""
-    p = run_dir / "summary.json"
+def records_version(run_dir: Path) -> int | None:
+    """The record schema version of the run folder's first record (None: no records to tell)."""
     try:
-        v = load_json(p).get("summary_version", 1) if p.exists() else 1
+        with open(run_dir / "records.jsonl", "rb") as f:
+            v = orjson.loads(f.readline()).get("v")
     except (OSError, ValueError, AttributeError):
-        return 1
-    return v if isinstance(v, int) else 1
+        return None
+    return v if isinstance(v, int) else None
 
 
 def definition_changes(runs: list[Path]) -> list[str]:
-    """A line for each figure whose definition changed between the summary versions of `runs`."""
-    versions = {r: written_version(r) for r in runs}
-    old = [r.name for r, v in versions.items() if v < 7]
-    if not old or len(old) == len(runs):
+    """A line for each figure whose definition changed between the runs' records: ttft on chat APIs
+    (records v7 tell reasoning chunks apart; the figures are rebuilt from the records)."""
+    chat = []
+    for r in runs:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if "chat" in str(load_json(r / "meta.json").get("api", "")):
+                chat.append(r)
+    versions = {r: records_version(r) for r in chat}
+    old = [r.name for r, v in versions.items() if v is not None and v < 7]
+    new = [r for r, v in versions.items() if v is not None and v >= 7]
+    if not old or not new:
         return []
-    return [f"note: ttft's definition changed in summary v7: {', '.join(old)} was summarised before it, when on chat "
-            "APIs the first chunk of answer content (or of ids) was the first token; since, the first chunk of any "
+    return [f"note: ttft's definition changed with records v7: {', '.join(old)} was recorded before it, when on a chat "
+            "API the first chunk of answer content (or of ids) was the first token; since, the first chunk of any "
             "kind, reasoning included (ttfa is the first answer token)"]

@@ -29,3 +29,8 @@ def test_natural_lengths_follow_from_the_profile_and_old_profiles_read_as_ignore
     assert not natural(request_settings({"load": {}}))  # a profile written before load.request
     assert natural(request_settings({"load": {"request": {"ignore_eos": False}}}))
     assert natural(request_settings({"load": {"request": {"ignore_eos": True, "stop": ["\n"]}}}))
+
+
+def test_an_output_cut_for_length_short_of_max_tokens_is_off_the_plan_under_natural_lengths():
+    tc = token_check(recs((12, "length"), (12, "stop")), 0.0, natural_lengths=True)
+    assert not tc.ok and tc.completion_mismatches == 1 and tc.examples == [0]

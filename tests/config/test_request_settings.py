@@ -4,6 +4,8 @@ in one line naming the key, what JSON cannot carry or loadgate sets itself."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from loadgate.config.profile import load_profile
@@ -40,3 +42,28 @@ def test_extra_body_takes_json_values_and_refuses_what_json_cannot_carry(tmp_pat
 def test_a_sampling_key_in_extra_body_names_the_load_request_key(tmp_path, key, instead):
     with pytest.raises(ProfileError, match=rf"target\.extra_body\.{key}: set by {instead}"):
         load(tmp_path, f"target:\n  extra_body:\n    {key}: 1\n")
+
+
+@pytest.mark.parametrize(("body", "path", "why"), [
+    ("sampling_params: {temperature: 0.9}", "sampling_params.temperature", "set by load.request.temperature"),
+    ("sampling_params: {max_new_tokens: 8}", "sampling_params.max_new_tokens", "loadgate sets this key itself"),
+    ("stream_options: {include_usage: false}", "stream_options.include_usage", "loadgate sets this key itself"),
+    ("return_token_ids: false", "return_token_ids", "loadgate sets this key itself"),
+    ("cache_prompt: true", "cache_prompt", "loadgate sets this key itself")])
+def test_loadgates_own_keys_are_refused_inside_the_nested_mappings_too(tmp_path, body, path, why):
+    with pytest.raises(ProfileError, match=rf"target\.extra_body\.{re.escape(path)}: {why}"):
+        load(tmp_path, f"target:\n  extra_body: {{{body}}}\n")
+
+
+def test_the_sampling_caveat_needs_a_contract_that_ran_at_the_requests_temperature():
+    from loadgate.verdict import sampling_caveats
+
+    load_ = {"request": {"temperature": 0.8}}
+    assert sampling_caveats({"load": load_, "exactness": {"sampling": {"temperature": 0.8, "seeded_replay": True}}}) == []
+    off = sampling_caveats({"load": load_, "exactness": {"sampling": {"temperature": 0.8, "seeded_replay": False,
+                                                                     "distribution_preserving": False}}})
+    other = sampling_caveats({"load": load_, "exactness": {"sampling": {"temperature": 1.0, "seeded_replay": True}}})
+    none = sampling_caveats({"load": load_, "exactness": {}})
+    assert "no sampling contract" in off[0] and "no sampling contract" in none[0]
+    assert "the sampling contract ran at temperature 1" in other[0]
+    assert sampling_caveats({"load": {"request": {"temperature": 0.0}}}) == []

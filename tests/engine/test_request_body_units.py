@@ -64,3 +64,67 @@ def test_reasoning_deltas_become_chunks_of_their_own_kind_in_either_spelling():
     obj = {"choices": [{"index": 0, "text": "a", "reasoning": "b"}]}
     d = comp.decode_stream([(1, orjson.dumps(obj)), (2, b"[DONE]")])
     assert [c.reasoning for c in d.chunks] == [False]
+
+
+def test_a_delta_of_both_kinds_splits_its_tokens_and_a_textless_chunk_mid_thought_is_reasoning():
+    """vLLM's parser, when </think> falls inside a step of several tokens (speculation), sends one
+    delta with `reasoning` and `content`: the chunk starts the answer and its tokens are shared by
+    the texts' lengths. A chunk of ids with no text between two reasoning chunks (a character cut
+    across tokens) is reasoning; the markers before and after the thought are neither."""
+    from loadgate.load.recorder import answer_chunk, reasoning_tokens
+
+    chat = adapter_for("openai-chat")
+
+    def ev(t: int, delta: dict, ids: list[int]) -> tuple[int, bytes]:
+        return t, orjson.dumps({"choices": [{"index": 0, "delta": delta, "token_ids": ids}]})
+
+    d = chat.decode_stream([ev(1, {}, [5]), ev(2, {"reasoning": "abcd"}, [6, 7]), ev(3, {}, [8]),
+                            ev(4, {"reasoning": "ef"}, [9]), ev(5, {"reasoning": "ghij", "content": "XY"}, [10, 11, 12]),
+                            ev(6, {"content": "Z"}, [13]), (7, b"[DONE]")])
+    assert [(c.reasoning, c.thought) for c in d.chunks] == [(None, 0), (True, 2), (None, 0), (True, 1), (False, 2),
+                                                          (False, 0)]
+    assert reasoning_tokens(d.chunks) == 2 + 1 + 1 + 2 and answer_chunk(d.chunks) == 4
+    # the </think> marker alone after the thought, then the answer: the marker counts as neither
+    d = chat.decode_stream([ev(1, {"reasoning": "ab"}, [1]), ev(2, {}, [2]), ev(3, {"content": "c"}, [3]), (4, b"[DONE]")])
+    assert reasoning_tokens(d.chunks) == 1 and answer_chunk(d.chunks) == 2
+    # ids alone everywhere (no text of either kind): no reasoning, the first chunk is the answer's
+    d = chat.decode_stream([ev(1, {}, [1]), ev(2, {}, [2]), (3, b"[DONE]")])
+    assert reasoning_tokens(d.chunks) == 0 and answer_chunk(d.chunks) == 0
+
+
+def test_a_request_that_reasoned_and_never_answered_is_an_infinite_ttfa():
+    from loadgate.core.figures import figure
+    from tests.recs import make_record
+
+    never = make_record(chunk_tokens=[1, 1, 1], reasoning_tokens=3, answer_chunk=None)
+    answered = make_record(chunk_tokens=[1, 1, 1], reasoning_tokens=2, answer_chunk=2)
+    plain = make_record(chunk_tokens=[1, 1])
+    ttfa = figure("ttfa").samples
+    assert ttfa is not None
+    assert ttfa(never) == [float("inf")] and ttfa(answered) == [3.0] and ttfa(plain) == [1.0]
+
+
+def test_chat_template_kwargs_reach_the_servers_tokenize_and_a_local_template():
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from loadgate.load.workload.dataset import ServerCounter
+    from tests.loopback import json_routes
+
+    seen: list[dict] = []
+
+    async def tokenize(request: web.Request) -> web.Response:
+        seen.append(await request.json())
+        return web.json_response({"tokens": [1, 2, 3], "count": 3})
+
+    async def go() -> None:
+        async with json_routes({"/tokenize": tokenize}) as base, aiohttp.ClientSession() as s:
+            c = ServerCounter(s, base, "m", "openai-chat", {"enable_thinking": False})
+            assert await c.chat_ids([{"role": "user", "content": "hi"}]) == [1, 2, 3]
+            plain = ServerCounter(s, base, "m", "openai-chat")
+            await plain.chat_ids([{"role": "user", "content": "hi"}])
+
+    asyncio.run(go())
+    assert seen[0]["chat_template_kwargs"] == {"enable_thinking": False} and "chat_template_kwargs" not in seen[1]

@@ -531,7 +531,8 @@ def _body_run(srv: Any, work: Path, name: str, *, api: str = "openai-completions
 def test_vllm_sampled_at_0_8_with_natural_stops_is_measured_not_invalid(servers, tmp_path, engine_logs):
     """temperature 0.8, a seed per request, EOS honoured and a stop string: vLLM ends requests early
     (finish reason `stop`) at lengths of its own, which the run reports instead of calling them off
-    the plan; the extra body key reaches vLLM (it answers with its own kwargs unchanged)."""
+    the plan, with an extra body key beside (vLLM takes it; that it reaches a server is asserted on
+    the simulator's truth log, tests/e2e/test_request_body.py)."""
     srv = servers.get("plain")
     got = _body_run(srv, tmp_path, "sampled", load={"concurrency": 4, "request": {
         "temperature": 0.8, "top_p": 0.95, "seed": "per_request", "ignore_eos": False, "stop": ["."]}},

@@ -232,9 +232,10 @@ def test_a_version_2_run_whose_loop_lagged_stays_invalid(tmp_path, capsys):
     assert "carry no per-chunk stamp bound" in capsys.readouterr().out
 
 
-def test_compare_says_ttft_changed_definition_between_a_v6_and_a_v7_summary(tmp_path, capsys):
-    """The same run's folder, once as summary v6 wrote it and once summarised again today: compare
-    names the older side and says how ttft's definition moved; two folders of today say nothing."""
+def test_compare_says_ttft_changed_definition_between_records_v6_and_v7_of_a_chat_api(tmp_path, capsys):
+    """A chat run's folder as records v6 wrote it, and the same records written as v7: compare names
+    the older side and says how ttft's definition moved; two v7 folders, or a completions run, say
+    nothing."""
     import shutil
 
     from loadgate.verdict import finish
@@ -242,11 +243,17 @@ def test_compare_says_ttft_changed_definition_between_a_v6_and_a_v7_summary(tmp_
     old = RUNS.parent / "runs-v6" / "single"
     new = tmp_path / "again"
     shutil.copytree(old, new)
+    recs = list(read_records(old / "records.jsonl", include_warmup=True))
+    (new / "records.jsonl").write_bytes(b"".join(r.to_json() for r in recs))
+    assert (new / "records.jsonl").read_bytes().startswith(b'{"v":7,')
     finish(new)
     assert main(["compare", str(old), str(new)]) == 0
     out = capsys.readouterr().out
-    assert "note: ttft's definition changed in summary v7: single was summarised before it" in out
+    assert "note: ttft's definition changed with records v7: single was recorded before it" in out
     twin = tmp_path / "twin"
     shutil.copytree(new, twin)
     assert main(["compare", str(new), str(twin)]) == 0
+    assert "definition changed" not in capsys.readouterr().out
+    v5 = RUNS.parent / "runs-v5" / "single"  # records v5 of a completions API: no reasoning to tell apart
+    assert main(["compare", str(v5), str(new)]) == 0
     assert "definition changed" not in capsys.readouterr().out

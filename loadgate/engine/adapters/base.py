@@ -61,9 +61,13 @@ class Chunk:
     t_ns: int
     n_tokens: int
     ids: list[int] | None = None
-    # its tokens were streamed as reasoning (`reasoning_content` / `reasoning`): True; as answer text:
-    # False; with no text of either kind (ids alone: a reasoning parser's <think> markers): None
+    # its tokens were streamed as reasoning (`reasoning_content` / `reasoning`): True; it carried answer
+    # text: False; no text of either kind (ids alone: a reasoning parser's <think> markers): None
     reasoning: bool | None = False
+    # of its tokens, those streamed as reasoning: all of a reasoning chunk's; of a chunk that carried
+    # both (the step in which a parser saw </think>), a share by the characters of each, at least one
+    # token each
+    thought: int = 0
 
 
 @dataclass(slots=True)
@@ -168,6 +172,18 @@ def merged_body(body: dict[str, Any], extra: dict[str, Any], *, check: bool = Fa
         elif not (check and k in SAMPLING_KEYS and k in out):
             out[k] = v
     return out
+
+
+def template_kwargs(extra_body: dict[str, Any]) -> dict[str, Any]:
+    """The chat template's extra variables a request body carries (`chat_template_kwargs`, as vLLM
+    and SGLang read it): what renders the prompt, so counting the prompt renders it the same way."""
+    got = extra_body.get("chat_template_kwargs")
+    return dict(got) if isinstance(got, dict) else {}
+
+
+def with_template_kwargs(body: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A /tokenize body of chat messages, with the template's extra variables where there are any."""
+    return {**body, "chat_template_kwargs": kwargs} if kwargs else body
 
 
 def timings_spec(timings: dict[str, Any]) -> SpecCounts | None:

@@ -191,8 +191,9 @@ class _OpenAIBase(PromptTokenize):
                     saw_logprobs = True
                 piece = self._choice_text(choice)
                 text.append(piece)
-                thought = "" if piece else self._choice_reasoning(choice)
-                kind = True if thought else False if piece else None  # reasoning / answer / tokens only
+                thought = self._choice_reasoning(choice)
+                kind = False if piece else True if thought else None  # answer / reasoning / tokens only
+                both = bool(piece and thought)
                 piece = piece or thought
                 source: TokenSource
                 if ids:
@@ -217,7 +218,8 @@ class _OpenAIBase(PromptTokenize):
                 self._positions(d, n if self.placeholder_zero else None, lps, tops)
                 if n > 0:
                     missing_ids = missing_ids or not ids
-                    d.chunks.append(Chunk(t_ns, n, list(ids) if ids else None, kind))
+                    d.chunks.append(Chunk(t_ns, n, list(ids) if ids else None, kind,
+                                          _share(n, thought, piece) if both else n if kind else 0))
                     source_rank = max(source_rank, _RANK[source])
         d.text = "".join(text)
         d.token_source = next(k for k, v in _RANK.items() if v == source_rank)
@@ -298,3 +300,12 @@ class OpenAIChat(_OpenAIBase):
 
 
 APIS = {"openai-completions": OpenAICompletions, "openai-chat": OpenAIChat}  # no family: the metrics tell
+
+
+def _share(n: int, thought: str, answer: str) -> int:
+    """Of `n` tokens that carried reasoning text and answer text, the reasoning's, by the two texts'
+    lengths (at least one token each where there are two or more)."""
+    if n < 2:
+        return 0
+    k = round(n * len(thought) / (len(thought) + len(answer)))
+    return max(1, min(n - 1, k))

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from loadgate.config.profile import Dataset, DatasetFields, Profile
+from loadgate.engine.adapters.base import template_kwargs, with_template_kwargs
 from loadgate.errors import UsageError
 
 if TYPE_CHECKING:
@@ -512,8 +513,8 @@ class Counter(Protocol):
 
 
 class LocalCounter:
-    def __init__(self, tok: Any) -> None:
-        self.tok = tok
+    def __init__(self, tok: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        self.tok, self.template_kwargs = tok, template_kwargs or {}
 
     async def text_ids(self, text: str, special: bool) -> list[int]:
         ids = list(self.tok.encode(text))
@@ -525,7 +526,7 @@ class LocalCounter:
         from loadgate.load.workload.hf import TemplateError
 
         try:
-            return list(self.tok.chat_ids(messages))
+            return list(self.tok.chat_ids(messages, template_kwargs=self.template_kwargs))
         except TemplateError as e:
             raise UsageError(f"{e}: chat rows need the chat template") from None
 
@@ -536,10 +537,12 @@ class LocalCounter:
 class ServerCounter:
     """The engine's /tokenize and /detokenize (16 at a time)."""
 
-    def __init__(self, session: Any, base: str, model: str, api: str) -> None:
+    def __init__(self, session: Any, base: str, model: str, api: str,
+                 template_kwargs: dict[str, Any] | None = None) -> None:
         from loadgate.engine.adapters import adapter_for
 
         self.session, self.base, self.model = session, base, model
+        self.template_kwargs = template_kwargs or {}
         self.adapter = adapter_for(api)
         self.sem = asyncio.Semaphore(16)
 
@@ -570,8 +573,8 @@ class ServerCounter:
         from loadgate.errors import EngineError
 
         try:
-            answer = await self._post("tokenize", {"model": self.model, "messages": messages,
-                                                   "add_generation_prompt": True})
+            answer = await self._post("tokenize", with_template_kwargs(
+                {"model": self.model, "messages": messages, "add_generation_prompt": True}, self.template_kwargs))
         except EngineError as e:
             raise EngineError(f"{e.message.rstrip('.')}; chat rows are counted by the server's /tokenize with "
                               "messages: give workload.tokenizer a local tokenizer with a chat template") from None
@@ -587,11 +590,13 @@ def counter_for(profile: Profile, session: Any, base: str, model: str) -> Counte
     t = profile.workload.tokenizer
     if t == "none":
         return None
+    kwargs = template_kwargs(profile.target.extra_body)
     if t == "server":
-        return ServerCounter(session, base, model, profile.target.api)
+        return ServerCounter(session, base, model, profile.target.api, kwargs)
     from loadgate.load.workload.hf import HFTokenizer
 
-    return LocalCounter(HFTokenizer.load(profile.resolve(t)))
+    return LocalCounter(HFTokenizer.load(profile.resolve(t)), kwargs)
+
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,8 +104,9 @@ class HFTokenizer:
         return str(self.tokenizer.decode(ids, skip_special_tokens=False))
 
     def render_chat(self, messages: list[dict[str, Any]], tools: list[Any] | None = None,
-                    add_generation_prompt: bool = True) -> str:
-        """The chat template's text for `messages`; TemplateError when there is none or it refuses."""
+                    add_generation_prompt: bool = True, template_kwargs: dict[str, Any] | None = None) -> str:
+        """The chat template's text for `messages` (`template_kwargs`: extra variables, as a request's
+        `chat_template_kwargs` gives them); TemplateError when there is none or it refuses."""
         if self.chat_template is None:
             raise TemplateError(f"{self.path}: no chat template (tokenizer_config.json chat_template, "
                                 "chat_template.jinja or chat_template.json)")
@@ -126,13 +127,14 @@ class HFTokenizer:
         env.globals["strftime_now"] = lambda fmt: dt.datetime.now().strftime(fmt)
         try:
             return env.from_string(self.chat_template).render(
-                messages=messages, tools=tools, add_generation_prompt=add_generation_prompt, **self.special)
+                **{**(template_kwargs or {}), "messages": messages, "tools": tools,
+                   "add_generation_prompt": add_generation_prompt, **self.special})
         except TemplateError:
             raise
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as e:
             raise TemplateError(f"{self.path}: chat template: {type(e).__name__}: {e}") from None
 
     def chat_ids(self, messages: list[dict[str, Any]], tools: list[Any] | None = None,
-                 add_generation_prompt: bool = True) -> list[int]:
+                 add_generation_prompt: bool = True, template_kwargs: dict[str, Any] | None = None) -> list[int]:
         """Token ids of the rendered chat prompt (as transformers' apply_chat_template gives them)."""
-        return self.encode(self.render_chat(messages, tools, add_generation_prompt))
+        return self.encode(self.render_chat(messages, tools, add_generation_prompt, template_kwargs))

@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from loadgate.engine.adapters import adapter_for
+from loadgate.engine.adapters.base import with_template_kwargs
 from loadgate.errors import EngineError, UsageError
 from loadgate.load.workload.hf import HFTokenizer, TemplateError
 from loadgate.load.workload.text import filler_text, filler_words
@@ -113,36 +114,38 @@ NO_TOKENIZE = ("prompt tokens need a source: the server's /tokenize (workload.to
                "or none (workload.tokenizer: none: text prompts, counts from the server's usage)")
 
 
-async def chat_overhead(session: aiohttp.ClientSession, base: str, model: str, pool: TokenPool) -> int | None:
-    """Tokens the chat template adds around one user message (None when the server cannot say)."""
+async def chat_overhead(session: aiohttp.ClientSession, base: str, model: str, pool: TokenPool,
+                        template_kwargs: dict[str, Any] | None = None) -> int | None:
+    """Tokens the chat template adds around one user message (None when the server cannot say);
+    `template_kwargs`: the requests' `chat_template_kwargs`, which may change what it adds."""
     content = pool.prompt_text(pool.ids[:8])
     try:
-        with_template = await _post(session, f"{base}/tokenize", {"model": model, "messages": [
-            {"role": "user", "content": content}], "add_generation_prompt": True})
+        with_template = await _post(session, f"{base}/tokenize", with_template_kwargs({"model": model, "messages": [
+            {"role": "user", "content": content}], "add_generation_prompt": True}, template_kwargs or {}))
     except EngineError:
         return None
     n = with_template.get("count")
     return None if n is None else int(n) - 8
 
 
-def local_chat_overhead(tok: HFTokenizer, pool: TokenPool) -> int | None:
+def local_chat_overhead(tok: HFTokenizer, pool: TokenPool, template_kwargs: dict[str, Any] | None = None) -> int | None:
     """Tokens a local chat template adds around one user message (None without a usable template)."""
     content = pool.prompt_text(pool.ids[:8])
     try:
-        return len(tok.chat_ids([{"role": "user", "content": content}])) - 8
+        return len(tok.chat_ids([{"role": "user", "content": content}], template_kwargs=template_kwargs)) - 8
     except TemplateError:
         return None
 
 
 async def token_pool(setting: str, resolve: Any, session: aiohttp.ClientSession, base: str, model: str,
-                     api: str, chat: bool) -> tuple[TokenPool, int | None]:
+                     api: str, chat: bool, template_kwargs: dict[str, Any] | None = None) -> tuple[TokenPool, int | None]:
     """The pool for `workload.tokenizer` (`server`, `none` or a path, given to `resolve`) and the
     tokens a chat template adds (0 for completion APIs; None when unknown)."""
     if setting == "none":
         return word_pool(), None
     if setting == "server":
         pool = await server_pool(session, base, model, chat, api)
-        return pool, (await chat_overhead(session, base, model, pool) if chat else 0)
+        return pool, (await chat_overhead(session, base, model, pool, template_kwargs) if chat else 0)
     tok = HFTokenizer.load(resolve(setting))
     pool = local_pool(tok, chat)
-    return pool, (local_chat_overhead(tok, pool) if chat else 0)
+    return pool, (local_chat_overhead(tok, pool, template_kwargs) if chat else 0)
