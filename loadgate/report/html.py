@@ -156,16 +156,25 @@ def _by_level(run_dir: Path, summary: Summary) -> dict[str, list[Record]]:
 
 def _make_plots(series: Mapping[str, Sequence[Record]],
                 sweeps: Mapping[str, list[tuple[float, LevelSummary]]], slo: Mapping[str, Any] | None,
-                x_label: str, plot_dir: Path) -> list[tuple[str, Path]]:
-    """Write every applicable plot into `plot_dir`; (name, path) in display order."""
+                x_label: str, plot_dir: Path, streamed: bool = True) -> list[tuple[str, Path]]:
+    """Write every applicable plot into `plot_dir`; (name, path) in display order. Unstreamed runs
+    (`streamed` false) have no chunks to time: the e2e CDF alone, no sweep of ttft and itl."""
     made = []
-    if any(len(p) > 1 for p in sweeps.values()):
+    if streamed and any(len(p) > 1 for p in sweeps.values()):
         data: Any = next(iter(sweeps.values())) if len(sweeps) == 1 else sweeps
         made.append(("sweep", plots.sweep(data, plot_dir / "sweep.png", slo, x_label=x_label)))
+    if not streamed:
+        made.append(("latency_cdfs", plots.latency_cdfs(series, plot_dir / "latency_cdfs.png", metrics=("e2e",))))
+        return made
     made.append(("latency_cdfs", plots.latency_cdfs(series, plot_dir / "latency_cdfs.png")))
     made.append(("itl_by_position", plots.itl_by_position(series, plot_dir / "itl_by_position.png")))
     made.append(("tokens_per_chunk", plots.tokens_per_chunk(series, plot_dir / "tokens_per_chunk.png")))
     return made
+
+
+def streamed(summary: Summary) -> bool:
+    """Whether the run's responses were streamed (summaries before v7 say nothing: they were, or had chunks)."""
+    return bool((summary.request or {}).get("stream", True))
 
 
 def _page(title: str, body: str) -> str:
@@ -197,7 +206,7 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
     groups = _by_level(run_dir, summary)
     series = {_level_label(load, lv): recs for lv, recs in groups.items()}
     made = _make_plots(series, {"": _sweep_pairs(summary)}, (meta.get("profile") or {}).get("slo"), _axis_label(load),
-                       run_dir / "plots")
+                       run_dir / "plots", streamed(summary))
     status = ('<span class="good">valid</span>' if summary.valid else '<span class="bad">INVALID</span>')
     if summary.tls_insecure:
         status += ' · <span class="bad">TLS certificate not checked (target.tls.insecure)</span>'
@@ -231,6 +240,7 @@ def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
     series: dict[str, list[Record]] = {}
     sweeps: dict[str, list[tuple[float, LevelSummary]]] = {}
     columns, loads, slo = [], set(), None
+    every_streamed = True
     for label, run_dir in labelled.items():
         run_dir = Path(run_dir)
         summary = build_summary(run_dir)
@@ -242,11 +252,12 @@ def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
         for lv, recs in groups.items():
             series[label if len(groups) == 1 else f"{label} · {_level_label(load, lv)}"] = recs
         sweeps[label] = _sweep_pairs(summary)
+        every_streamed = every_streamed and streamed(summary)
         columns.append(f"<div><h3>{escape(label)}</h3><p class=\"meta\">run {escape(summary.run_id)} · model "
                        f"{escape(str(summary.model))}</p>{_tables(summary)}"
                        f"{_exactness_html(run_dir / 'exactness.json')}</div>")
     x_label = _axis_label(loads.pop()) if len(loads) == 1 else "load level"
-    made = _make_plots(series, sweeps, slo, x_label, out.parent / f"{out.stem}-plots")
+    made = _make_plots(series, sweeps, slo, x_label, out.parent / f"{out.stem}-plots", every_streamed)
     title = " vs ".join(labelled)
     body = (f"<h1>loadgate comparison: {escape(title)}</h1><p class=\"meta\">"
             + " · ".join(f"{escape(k)}: {escape(Path(v).name)}" for k, v in labelled.items()) + "</p>"
