@@ -23,8 +23,8 @@ from loadgate.analysis.specdec import (
     reconcile,
 )
 from loadgate.analysis.validity import schedule_lag, stamp_bound, verdict, warnings
-from loadgate.config.profile import HealthBudgets
-from loadgate.core.figures import FIGURES, figure
+from loadgate.config.profile import HealthBudgets, RequestSettings
+from loadgate.core.figures import ADJUSTED, FIGURES, figure
 from loadgate.documents import ABSENT, DocumentError, HealthPhase, ServerLevel
 from loadgate.engine.adapters import family_for
 from loadgate.jsonutil import load_json
@@ -127,8 +127,9 @@ def request_settings(profile: dict[str, Any]) -> dict[str, Any]:
 
 
 def natural(settings: dict[str, Any]) -> bool:
-    """Whether output lengths were the model's to choose (see `RequestSettings.natural_lengths`)."""
-    return not settings.get("ignore_eos", True) or bool(settings.get("stop"))
+    """Whether output lengths were the model's to choose (`RequestSettings.natural_lengths`)."""
+    return RequestSettings(ignore_eos=bool(settings.get("ignore_eos", True)),
+                           stop=tuple(settings.get("stop") or ())).natural_lengths
 
 
 @dataclass(frozen=True)
@@ -272,8 +273,8 @@ def group_figures(records: list[Record], window_s: float | None, counters: dict[
 # (without, ttfa and itl_answer equal ttft and itl, and a threshold on them reads those)
 REASONING_FIGURES = tuple(f.name for f in FIGURES if f.reasoning)
 # Distributions of a stream's chunks: a response that arrives whole (`load.stream: false`) has none
-STREAM_ONLY = ("ttft", "ttft_error_adjusted", "ttfa", "itl", "itl_answer", "inter_chunk", "tpot", "tpot_error_adjusted",
-               "tokens_per_chunk")
+STREAM_ONLY = tuple(n for f in FIGURES if f.streamed
+                    for n in ((f.name, f.name + ADJUSTED) if f.error_adjusted else (f.name,)))
 
 
 def level_summary(records: list[Record], server: ServerLevel | None, health: list[HealthPhase],

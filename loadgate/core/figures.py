@@ -58,6 +58,7 @@ class Figure:
     title: str = ""
     reasoning: bool = False  # about a reasoning phase: in the tables only of levels whose requests streamed one
     same_as: str = ""  # reasoning figures: without a reasoning phase this figure is that one (ttfa: ttft)
+    streamed: bool = False  # timed from a stream's chunks: an unstreamed run (load.stream: false) has none
 
 
 def _ttft(r: Record) -> list[float]:
@@ -146,12 +147,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ttft", "ms", "distribution", "lower",
            "time to first token: t_1 - origin(r), the first chunk carrying tokens of any kind (reasoning "
            "included since summary v7)", samples=_ttft,
-           error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99"), title="Time to first token"),
+           error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99"), title="Time to first token", streamed=True),
     Figure("ttfa", "ms", "distribution", "lower",
            "time to first answer token: t_a - origin(r), a = the first chunk carrying answer tokens, not "
            "reasoning (equal to ttft when the model streams no reasoning); +inf for a request that reasoned and "
            "never answered", samples=_ttfa, table=True,
-           title="Time to first answer token", reasoning=True, same_as="ttft"),
+           title="Time to first answer token", reasoning=True, same_as="ttft", streamed=True),
     Figure("reasoning_tokens", "tokens", "distribution", "lower",
            "tokens a request's response streamed as reasoning (reasoning_content / reasoning), requests with any",
            samples=_reasoning_tokens, table=True, title="Reasoning tokens per request", reasoning=True),
@@ -163,21 +164,21 @@ FIGURES: tuple[Figure, ...] = (
            "inter-token latency: for each chunk j >= 2, n_j samples of (t_j - t_{j-1}) / n_j; a "
            "chunk carrying several tokens spreads its gap over them (tokens in the first chunk "
            "beyond the first have no gap and give no sample)", per="token", samples=_itl, table=True,
-           ab=("p50", "p99"), title="Inter-token latency"),
+           ab=("p50", "p99"), title="Inter-token latency", streamed=True),
     Figure("itl_answer", "ms", "distribution", "lower",
            "inter-token latency over answer tokens: itl's samples for the chunks after the first answer chunk a",
            per="token", samples=_itl_answer, table=True, title="Inter-token latency, answer tokens", reasoning=True,
-           same_as="itl"),
+           same_as="itl", streamed=True),
     Figure("inter_chunk", "ms", "distribution", "lower",
            "inter-chunk latency: t_j - t_{j-1} for j >= 2, whatever the chunk carried", per="chunk",
-           samples=_inter_chunk, table=True, title="Inter-chunk latency"),
+           samples=_inter_chunk, table=True, title="Inter-chunk latency", streamed=True),
     Figure("tpot", "ms", "distribution", "lower",
            "time per output token after the first: (t_m - t_1) / (sum_j n_j - 1), requests with >= 2 tokens",
-           samples=_tpot, error_adjusted=True, table=True, ab=("p50",), title="Time per output token"),
+           samples=_tpot, error_adjusted=True, table=True, ab=("p50",), title="Time per output token", streamed=True),
     Figure("e2e", "ms", "distribution", "lower", "end-to-end latency: end(r) - origin(r)", samples=_e2e,
            error_adjusted=True, table=True, table_error_adjusted=True, ab=("p50", "p99"), title="End-to-end latency"),
     Figure("tokens_per_chunk", "tokens", "distribution", "higher", "n_j for every content-bearing chunk",
-           per="chunk", samples=_tokens_per_chunk, table=True, title="Tokens per content chunk"),
+           per="chunk", samples=_tokens_per_chunk, table=True, title="Tokens per content chunk", streamed=True),
     Figure("client_queue", "ms", "distribution", "lower",
            "client-side wait before sending: start - ready (closed loop: the worker was free) or "
            "start - intended start (open loop: schedule lag plus max_in_flight wait)", samples=_queue, table=True, title="Client queue wait"),
