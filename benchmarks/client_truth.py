@@ -58,6 +58,18 @@ from loadgate.jsonutil import load_json  # noqa: E402
 from loadgate.records import read_records  # noqa: E402
 
 READY = "event source listening on "
+# `loadgate` under cProfile: the command line's own entry ends with os._exit, which writes no profile
+PROFILED = """import cProfile, sys
+out = sys.argv.pop(1)
+from loadgate.cli import main
+prof = cProfile.Profile()
+prof.enable()
+try:
+    main()
+finally:
+    prof.disable()
+    prof.dump_stats(out)
+"""
 
 
 def cpus(text: str) -> list[int]:
@@ -155,8 +167,7 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
             p.write_text(yaml.safe_dump(profile_doc(url, streams, per_stream, workers, tmp_p / "out")))
             cmd = [sys.executable, "-m", "loadgate", "run", "-q", "--unverified", str(p)]
             if prof:
-                cmd = [sys.executable, "-m", "cProfile", "-o", str(tmp_p / "prof.out"), "-m", "loadgate", "run", "-q",
-                       "--unverified", str(p)]
+                cmd = [sys.executable, "-c", PROFILED, str(tmp_p / "prof.out"), "run", "-q", "--unverified", str(p)]
             t0 = time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                     preexec_fn=lambda: os.sched_setaffinity(0, set(client_cpus)))
@@ -224,7 +235,7 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
                            for k, v in why.items()}}
         if prof:
             buf = io.StringIO()
-            pstats.Stats(str(tmp_p / "prof.out"), stream=buf).sort_stats("tottime").print_stats(18)
+            pstats.Stats(str(tmp_p / "prof.out"), stream=buf).sort_stats("tottime").print_stats(24)
             out["profile"] = buf.getvalue()
         return out
 

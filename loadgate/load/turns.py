@@ -20,14 +20,15 @@ Two kinds of turn, two floors:
   so is the floor of the last quiet turn, since everything read after it arrived after that turn's
   poll began to sleep.
 - **quiet** (the turn woke from an idle poll): the thread slept since the marker (its count of
-  times scheduled in moved, from the schedstat read that gives its run-queue wait, and so did its
-  count of voluntary switches: a preemption moves the first alone, and a poll that did not sleep
-  gives no floor at the marker; a clock gap is no proof, since a hypervisor's steal time is in no
-  clock of the guest), and the process has no other thread that could have held the interpreter
-  lock (a thread waiting for the lock sleeps too; see `no_other_threads`). It sleeps only in the poll, and a level-triggered poll sleeps only while
-  no socket has data, so once the first byte read in this turn had arrived the thread did not sleep
-  again: until the wake it ran (its CPU time) or waited for a CPU (its run-queue delay,
-  `/proc/thread-self/schedstat`). So everything read in this turn arrived after the wake less that
+  voluntary switches moved: a preemption does not move it, and a poll that did not sleep gives no
+  floor at the marker; a clock gap is no proof, since a hypervisor's steal time is in no clock of
+  the guest), and the process has no other thread that could have held the interpreter lock (a
+  thread waiting for the lock sleeps too; see `no_other_threads`). It sleeps only in the poll, and
+  a level-triggered poll sleeps only while no socket has data, so once the first byte read in this
+  turn had arrived the thread did not sleep again: until the wake it ran (its CPU time since the
+  marker) or waited for a CPU (its run-queue delay, `/proc/thread-self/schedstat`, counted from the
+  last quiet turn's wake: the file is read once a quiet turn, and the wait before the marker only
+  moves the estimate earlier). So everything read in this turn arrived after the wake less that
   time (`estimate`). Time the hypervisor holds the virtual CPU (a halted virtual CPU's wake, steal)
   is in neither figure; it shows where the earliest kernel stamp among the turn's reads
   (`first_stamp`: the first data to arrive wakes the poll) lies before the estimate. That much is
@@ -67,11 +68,11 @@ HOST_TOLERANCE_NS = 200_000  # a quiet turn whose first read waited longer than 
 NEVER_STAMPED = 1 << 62
 
 
-def _run_delay_reader() -> Callable[[], tuple[int, int]] | None:
-    """This thread's run-queue wait so far in ns and its count of times scheduled in
-    (`/proc/thread-self/schedstat`, second and third fields: time spent runnable but not running,
-    and how many times it got a CPU), as a function; None where the kernel gives no such file or
-    the file does not move (a sandbox that fakes it: its count stays put across a sleep)."""
+def _run_delay_reader() -> Callable[[], int] | None:
+    """This thread's run-queue wait so far in ns (`/proc/thread-self/schedstat`, second field: time
+    spent runnable but not running), as a function; None where the kernel gives no such file or the
+    file does not move (a sandbox that fakes it: its third field, the count of times the thread got a
+    CPU, stays put across a sleep)."""
     try:
         fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -88,9 +89,8 @@ def _run_delay_reader() -> Callable[[], tuple[int, int]] | None:
         return None
     pread = os.pread
 
-    def run_delay() -> tuple[int, int]:
-        f = pread(fd, 128, 0).split()
-        return int(f[1]), int(f[2])
+    def run_delay() -> int:
+        return int(pread(fd, 128, 0).split(None, 2)[1])
 
     return run_delay
 
@@ -152,7 +152,7 @@ class LoopTurns:
     from task code."""
 
     __slots__ = ("current", "pending", "loop", "exact", "marker", "ended", "ended_before", "marker_cpu",
-                 "marker_rd", "marker_sleeps", "marker_pcount", "run_delay", "last_quiet")
+                 "marker_rd", "marker_sleeps", "run_delay", "last_quiet")
 
     def __init__(self) -> None:
         self.current: Turn | None = None
@@ -160,8 +160,7 @@ class LoopTurns:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.exact = False
         self.marker = self.ended = self.ended_before = self.marker_cpu = self.marker_rd = self.marker_sleeps = 0
-        self.marker_pcount = 0
-        self.run_delay: Callable[[], tuple[int, int]] | None = None
+        self.run_delay: Callable[[], int] | None = None
         self.last_quiet: Turn | None = None
 
     def enter(self, begin_ns: int, loop: asyncio.AbstractEventLoop) -> Turn:
@@ -172,18 +171,21 @@ class LoopTurns:
             self.loop, self.marker, self.ended, self.ended_before, self.last_quiet = loop, 0, 0, 0, None
             self.exact = type(loop).__module__.startswith("uvloop")
             self.run_delay = _run_delay_reader() if self.exact else None
+            self.marker_rd = self.run_delay() if self.run_delay is not None else 0
         rd = self.run_delay
         turn: Turn
         quiet, busy = False, 0
         if rd is not None and self.marker and begin_ns - self.ended > QUIET_MIN_NS:
-            # It slept since the marker, in the poll: it left the CPU (its count of times scheduled
-            # in moved), and of its own accord (a preemption moves that count too, and then the poll
-            # may not have slept at all: the marker is no floor), with no other thread that could
-            # have held the interpreter lock.
-            waited, switches = rd()
-            if (switches > self.marker_pcount and getrusage(RUSAGE_THREAD).ru_nvcsw > self.marker_sleeps
-                    and no_other_threads()):
+            # It slept since the marker, in the poll: it left the CPU of its own accord (a voluntary
+            # switch; a preemption is none, and then the poll may not have slept at all: the marker
+            # is no floor), with no other thread that could have held the interpreter lock.
+            if getrusage(RUSAGE_THREAD).ru_nvcsw > self.marker_sleeps and no_other_threads():
+                # The run-queue wait is counted from the last quiet turn's wake, not the marker (one
+                # read of the file per quiet turn instead of two): the wait in between is added to
+                # this turn's, which only moves its estimate earlier.
+                waited = rd()
                 busy = (thread_time_ns() - self.marker_cpu) + (waited - self.marker_rd)
+                self.marker_rd = waited
                 quiet = True
         if quiet:
             turn = self.last_quiet = Turn(begin_ns, True, self.marker, begin_ns - busy - WAKE_SLACK_NS)
@@ -213,7 +215,6 @@ class LoopTurns:
         if self.run_delay is not None:
             # thread_time_ns, not the schedstat file's CPU time: that leaves out the running slice
             self.marker_cpu, self.marker_sleeps = thread_time_ns(), getrusage(RUSAGE_THREAD).ru_nvcsw
-            self.marker_rd, self.marker_pcount = self.run_delay()
 
 
 LOOP_TURNS = LoopTurns()

@@ -223,8 +223,8 @@ def test_a_read_that_goes_on_with_a_final_event_or_into_the_next_event_bounds_it
 
 
 def test_a_preemption_without_a_sleep_is_no_quiet_turn(monkeypatch):
-    """The count of times scheduled in moves on a preemption too; without a voluntary switch the
-    poll may not have slept, and the turn keeps the busy floor (the poll two turns back)."""
+    """A preemption takes the thread off its CPU too; without a voluntary switch the poll may not
+    have slept, and the turn keeps the busy floor (the poll two turns back)."""
     import types
 
     import uvloop
@@ -234,17 +234,54 @@ def test_a_preemption_without_a_sleep_is_no_quiet_turn(monkeypatch):
     loop = uvloop.new_event_loop()
     try:
         lt = turns.LoopTurns()
-        counts = {"pcount": 10, "nvcsw": 5}
+        counts = {"waited": 0, "nvcsw": 5}
         lt.enter(1_000_000, loop)  # a first turn, to set up the loop
-        lt.run_delay = lambda: (0, counts["pcount"])
+        lt.run_delay = lambda: counts["waited"]
         monkeypatch.setattr(turns, "getrusage", lambda _who: types.SimpleNamespace(ru_nvcsw=counts["nvcsw"]))
         monkeypatch.setattr(turns, "no_other_threads", lambda: True)
         for voluntary, quiet in ((False, False), (True, True)):
             lt._turn_over()  # the marker
-            counts["pcount"] += 1  # off the CPU since: preempted, or asleep in the poll
+            counts["waited"] += 1000  # off the CPU since: preempted (a run-queue wait), or asleep in the poll
             counts["nvcsw"] += voluntary
             turn = lt.enter(lt.ended + 5 * MS, loop)
             assert turn.quiet is quiet
             lt.pending = False
+    finally:
+        loop.close()
+
+
+def test_a_quiet_turn_counts_the_run_queue_wait_since_the_last_quiet_wake(monkeypatch):
+    """The run-queue file is read once a quiet turn: the wait between the last quiet turn's wake and
+    the marker (a preemption while that turn ran) is taken off this turn's estimate too, never left
+    out (leaving it out would put the floor after data that may have arrived during the wait)."""
+    import types
+
+    import uvloop
+
+    from loadgate.load import turns
+
+    loop = uvloop.new_event_loop()
+    try:
+        lt = turns.LoopTurns()
+        c = {"waited": 0, "nvcsw": 5, "cpu": 0}
+        lt.enter(1_000_000, loop)
+        lt.run_delay = lambda: c["waited"]
+        monkeypatch.setattr(turns, "getrusage", lambda _who: types.SimpleNamespace(ru_nvcsw=c["nvcsw"]))
+        monkeypatch.setattr(turns, "no_other_threads", lambda: True)
+        monkeypatch.setattr(turns, "thread_time_ns", lambda: c["cpu"])
+        lt._turn_over()
+        lt.marker_rd = 0
+        c["nvcsw"] += 1
+        first = lt.enter(lt.ended + 5 * MS, loop)  # quiet: the reference is read here
+        assert first.quiet
+        c["waited"] += 2 * MS  # preempted while the turn ran, before its marker
+        lt.pending = False
+        lt._turn_over()
+        c["nvcsw"] += 1
+        c["cpu"] += 30_000  # the poll's own CPU after the marker
+        begin = lt.ended + 5 * MS
+        second = lt.enter(begin, loop)
+        assert second.quiet
+        assert second.estimate == begin - 30_000 - 2 * MS - turns.WAKE_SLACK_NS
     finally:
         loop.close()
