@@ -359,8 +359,12 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
     return out
 
 
-SUMMARY_VERSION = 7
-"""7: the summary's `request` (the measured requests' settings: `load.request`'s temperature,
+SUMMARY_VERSION = 8
+"""8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
+it: requests, span_s, mean_rate, out_of_order lines, lines, and `sharing`, the trace's own prefix
+sharing: ratio, shared_tokens, prompt_tokens, block; `loadgate.load.workload.trace`), null otherwise;
+`load` is "trace" for such a run. Version 7 files read the same, `trace` null.
+7: the summary's `request` (the measured requests' settings: `load.request`'s temperature,
 top_p, top_k, min_p, seed, ignore_eos and stop, and the keys of `target.extra_body` as the profile
 writes them); each level's `token_counts.natural_lengths` (the model chose the output lengths: a
 completion is off the plan only when longer than planned) with `output_lengths` (min, p50, p90,
@@ -407,7 +411,7 @@ class Summary:
     loadgate: str
     model: str
     api: str
-    load: str  # "concurrency" or "rate"
+    load: str  # "concurrency", "rate" or "trace"
     levels: dict[str, LevelSummary]
     valid: bool
     attestation: dict[str, Any] | None
@@ -419,6 +423,7 @@ class Summary:
     tls_insecure: bool = False  # the server's certificate was not checked (target.tls.insecure)
     dataset: dict[str, Any] | None = None  # meta.json's `dataset`: where the prompts came from
     request: dict[str, Any] | None = None  # the measured requests' settings (v7; null before)
+    trace: dict[str, Any] | None = None  # a timed trace's replay (v8; null before and for other runs)
     summary_version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -427,16 +432,16 @@ class Summary:
         d["levels"] = {lv: ls.to_json() for lv, ls in self.levels.items()}
         return {"summary_version": d.pop("summary_version"), "interrupted": d.pop("interrupted"),
                 "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), "dataset": d.pop("dataset"),
-                "request": d.pop("request"), **d}
+                "request": d.pop("request"), "trace": d.pop("trace"), **d}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Summary:
-        """From a summary.json of version 1 to 7 (`summary_version` kept as the file says)."""
+        """From a summary.json of version 1 to 8 (`summary_version` kept as the file says)."""
         return cls(d["run_id"], d["loadgate"], d["model"], d["api"], d.get("load", "concurrency"),
                    {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
                    d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"),
                    d.get("damage"), bool(d.get("interrupted")), bool(d.get("tls_insecure")), d.get("dataset"),
-                   d.get("request"), int(d.get("summary_version", 1)))
+                   d.get("request"), d.get("trace"), int(d.get("summary_version", 1)))
 
 
 def _listed(d: Any, where: str) -> list[Any]:
@@ -482,9 +487,17 @@ def build_summary(run_dir: Path, extra: list[Record] | None = None) -> Summary:
     levels = {lv: level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"], meta.get("cpus"))
               for lv, recs in by_level.items()}
     return Summary(meta["run_id"], meta["loadgate"], meta["model"], meta["api"],
-                   "rate" if meta["profile"]["load"]["rate"] is not None else "concurrency", levels,
+                   _load_kind(meta["profile"]["load"]), levels,
                    not any(s.invalid for s in levels.values()), meta.get("attestation"), bool(meta.get("unverified")),
                    meta.get("token_pool"), meta.get("chat_template_tokens"), damage.to_json() if damage.any else None,
                    stop.get("outcome") == "interrupted", bool(meta.get("tls_insecure")), meta.get("dataset"),
                    {**request_settings(meta["profile"]), "stream": bool(meta["profile"]["load"].get("stream", True)),
-                    "extra_body_keys": sorted((meta["profile"].get("target") or {}).get("extra_body") or {})})
+                    "extra_body_keys": sorted((meta["profile"].get("target") or {}).get("extra_body") or {})},
+                   meta.get("trace"))
+
+
+def _load_kind(load: dict[str, Any]) -> str:
+    """How the run sent its requests: "trace" (a timed trace's times), "rate" or "concurrency"."""
+    if load.get("schedule") == "trace":
+        return "trace"
+    return "rate" if load["rate"] is not None else "concurrency"

@@ -102,9 +102,9 @@ class Dataset:
     and ids), or Hugging Face dataset files (parquet; an Arrow folder as `datasets.save_to_disk` writes it)."""
 
     path: str = knob("", "the file (an Arrow dataset: its folder), relative to the profile")
-    format: Literal["auto", "sharegpt", "jsonl", "parquet", "arrow", "trace"] = knob(
-        "auto", "auto: by the name (.json sharegpt, .jsonl jsonl or trace by its first line, .parquet, a folder "
-        "with state.json arrow)")
+    format: Literal["auto", "sharegpt", "jsonl", "parquet", "arrow", "trace", "mooncake"] = knob(
+        "auto", "auto: by the name (.json sharegpt, .jsonl jsonl, trace or mooncake by its first line, .parquet, a "
+        "folder with state.json arrow)")
     fields: DatasetFields = field(default_factory=DatasetFields, metadata={"help": "the row's field names"})
     lengths: Literal["dataset", "profile"] = knob(
         "dataset", "dataset: prompts as written, output lengths from each row's reply (rows without one: "
@@ -116,6 +116,8 @@ class Dataset:
     max_input_len: int | None = knob(None, "skip rows whose prompt has more tokens", min=1)
     min_output_len: int | None = knob(None, "skip rows whose reply has fewer tokens", min=1)
     max_output_len: int | None = knob(None, "skip rows whose reply has more tokens", min=1)
+    block_size: int = knob(512, "trace and mooncake: tokens per block of a line's hash_ids (equal ids, equal "
+                           "tokens)", min=1)
 
     @property
     def filters(self) -> dict[str, int]:
@@ -130,7 +132,7 @@ class Dataset:
             a, b = getattr(self, lo), getattr(self, hi)
             if a is not None and b is not None and a > b:
                 return [(hi, f"must be >= {lo} ({a}), got {b}")]
-        if self.format == "trace" and (self.filters or self.lengths != "dataset"):
+        if self.format in ("trace", "mooncake") and (self.filters or self.lengths != "dataset"):
             return [("format", "a trace sets its own lengths: no length filters, lengths: dataset")]
         if self.lengths == "profile" and self.filters:
             return [(next(iter(self.filters)), "length filters judge a row's own lengths: not with lengths: profile, "
@@ -246,7 +248,9 @@ def is_http_url(text: str) -> bool:
 class Workload:
     """What to send: how many requests, and the prompt and output lengths (or a trace)."""
 
-    requests: int = knob(100, "measured requests (warmup comes on top)", min=1)
+    requests: int | None = knob(
+        None, "measured requests (warmup comes on top); default 100, and with load.schedule: trace every request "
+        "in the trace's window (then this caps them: the first in time)", min=1)
     input_len: Distribution = field(default_factory=lambda: Distribution(dist="fixed", value=128),
                                     metadata={"help": "prompt length in tokens"})
     output_len: Distribution = field(default_factory=lambda: Distribution(dist="fixed", value=128),
@@ -273,6 +277,11 @@ class Workload:
     token_mismatch_limit: float = knob(
         0.0, "largest fraction of requests whose prompt or completion token count may differ "
         "from the plan before the run is invalid", min=0.0, max=1.0)
+
+    @property
+    def request_count(self) -> int:
+        """`requests`, or its default (100) where unset; a timed trace's window decides its own."""
+        return 100 if self.requests is None else self.requests
 
     def check(self) -> list[tuple[str, str]]:
         if self.trace is not None and self.dataset is not None:
@@ -329,8 +338,18 @@ class RequestSettings:
 
 @dataclass(frozen=True)
 class Load:
-    """How to send it: closed loop (`concurrency`) or open loop (`rate`)."""
+    """How to send it: closed loop (`concurrency`), open loop (`rate`), or a timed trace's own times
+    (`schedule: trace`)."""
 
+    schedule: Literal["generated", "trace"] = knob(
+        "generated", "generated: a closed loop at `concurrency` or an open loop at `rate`; trace: each request "
+        "at its trace line's timestamp (workload.dataset of format trace or mooncake), latency from that time")
+    trace_speed: float = knob(1.0, "schedule trace: how fast trace time passes (2: gaps halved, twice the rate)",
+                              exclusive_min=0.0)
+    trace_start_s: float = knob(0.0, "schedule trace: replay from this many seconds after the trace's earliest "
+                                "timestamp", min=0.0)
+    trace_length_s: float | None = knob(None, "schedule trace: replay this many seconds of trace time (default: "
+                                        "to its end)", exclusive_min=0.0)
     concurrency: int | tuple[int, ...] | None = knob(
         None, "closed loop: requests in flight (a list runs a sweep)", min=1)
     rate: float | None = knob(None, "open loop: mean arrivals per second", exclusive_min=0.0)
@@ -359,7 +378,17 @@ class Load:
                           "are cancelled (a second signal cancels at once)", min=0.0)
 
     def check(self) -> list[tuple[str, str]]:
-        """Exactly one of concurrency and rate; open-loop-only knobs only with rate."""
+        """Exactly one of concurrency and rate (neither under a trace's schedule); open-loop-only knobs
+        only with rate or a trace."""
+        if self.schedule == "trace":
+            for key in ("concurrency", "rate"):
+                if getattr(self, key) is not None:
+                    return [(key, "load.schedule: trace sends each request at its trace timestamp: no "
+                             f"{key} (cap requests in flight with max_in_flight)")]
+            return []
+        for key, default in (("trace_speed", 1.0), ("trace_start_s", 0.0), ("trace_length_s", None)):
+            if getattr(self, key) != default:
+                return [(key, "only used with load.schedule: trace")]
         if (self.concurrency is None) == (self.rate is None):
             return [("concurrency", "give exactly one of `concurrency` (closed loop) or `rate` (open loop)")]
         if isinstance(self.concurrency, tuple) and not self.concurrency:

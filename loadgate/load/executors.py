@@ -52,8 +52,9 @@ class Concurrency:
 
 @dataclass(frozen=True)
 class Rate:
-    """An open-loop level: requests start at their planned arrival times (`per_s` on average), at
-    most `max_in_flight` at once (None: no cap)."""
+    """An open-loop level: requests start at their planned arrival times (`per_s` on average; a timed
+    trace's level: `per_s` is its speed, the times its own), at most `max_in_flight` at once (None: no
+    cap)."""
 
     per_s: float
     max_in_flight: int | None = None
@@ -100,23 +101,28 @@ class ClosedLoop:
         await asyncio.gather(*(slot() for _ in range(self.concurrency)))
 
 
-async def sleep_until(t_ns: int, stop: StopFlag = NEVER) -> None:
-    """Wait until perf_counter_ns() >= t_ns, never earlier: the loop's timers have about 1 ms of
-    granularity and may fire early, so the last millisecond is spent yielding to the loop. A long
-    wait wakes every 100 ms to see whether the run is stopping."""
-    while (left := t_ns - perf_counter_ns()) > 1_500_000:
+async def sleep_until(t_ns: int, stop: StopFlag = NEVER, precise: bool = True) -> None:
+    """Wait until about t_ns: never earlier when `precise` (the loop's timers have about 1 ms of
+    granularity and may fire early, so the last millisecond is spent yielding to the loop); else on
+    the loop's timers alone (within about a millisecond either side). A long wait wakes every 100 ms
+    to see whether the run is stopping."""
+    while (left := t_ns - perf_counter_ns()) > (1_500_000 if precise else 0):
         if stop.is_set():
             return
-        await asyncio.sleep(min(left - 1_000_000, 100_000_000) / 1e9)
-    while perf_counter_ns() < t_ns:
+        await asyncio.sleep(min(left - 1_000_000 if precise else left, 100_000_000) / 1e9)
+    while precise and perf_counter_ns() < t_ns:
         await asyncio.sleep(0)
+
+
+LEAD_NS = 2_000_000  # an open loop's request task starts this early and waits out the rest itself
 
 
 @dataclass(frozen=True)
 class OpenLoop:
     """Start each request at `start_ns + intended_offset_ns`; latency counts from that intended
-    time. With `max_in_flight`, a request that finds no free slot waits (its wait stays in its
-    latency)."""
+    time. Each request's task is made `LEAD_NS` before its time and waits out the rest itself, so a
+    task's first turn on a busy loop is not added to its lateness. With `max_in_flight`, a request that
+    finds no free slot waits (its wait stays in its latency)."""
 
     rate: float
     start_ns: int
@@ -130,6 +136,9 @@ class OpenLoop:
         tasks: set[asyncio.Task[None]] = set()
 
         async def one(req: PlannedRequest, intended: int) -> None:
+            await sleep_until(intended, self.stop)  # started LEAD_NS early: due, it is already running
+            if self.stop.is_set():
+                return
             if sem is not None:
                 await sem.acquire()
             try:
@@ -143,7 +152,7 @@ class OpenLoop:
             intended = self.start_ns + (req.intended_offset_ns or 0)
             if (self.stop_at_ns is not None and intended >= self.stop_at_ns) or self.stop.is_set():
                 break
-            await sleep_until(intended, self.stop)
+            await sleep_until(intended - LEAD_NS, self.stop, precise=False)
             if self.stop.is_set():
                 break
             task = asyncio.create_task(one(req, intended))

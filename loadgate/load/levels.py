@@ -30,9 +30,12 @@ Tick = Callable[[int], None]
 
 
 def levels(profile: Profile) -> list[LoadLevel]:
-    """The profile's load levels in the order they run: its rate (an open loop, with its cap), or
+    """The profile's load levels in the order they run: its rate (an open loop, with its cap; a
+    timed trace is one, numbered by `load.trace_speed`), or
     each of its concurrencies (a closed loop; a list is a sweep). `.level` is each one's number."""
     load = profile.load
+    if load.schedule == "trace":  # one level, numbered by its speed: the times are the trace's
+        return [Rate(load.trace_speed, load.max_in_flight)]
     if load.rate is not None:
         return [Rate(load.rate, load.max_in_flight)]
     c = load.concurrency

@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-import orjson
-
 from loadgate.config.profile import DatasetFields, Load, Profile, Workload
 from loadgate.engine.adapters import is_chat
 from loadgate.errors import UsageError
-from loadgate.load.workload.dataset import JsonLines, has_trace, open_rows
+from loadgate.load.workload.dataset import has_trace, open_rows
 from loadgate.load.workload.lengths import draw_lengths
+from loadgate.load.workload.trace import TraceRequests, Window
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,96 +58,6 @@ class PlannedRequest:
         if self.counted_len is not None:
             return self.counted_len
         return None if self.prompt_ids is None else len(self.prompt_ids)
-
-
-class _TraceRequests:
-    """Requests replayed from a JSONL trace, one object per line, read on access (byte offsets are
-    indexed up front). Accepted shapes:
-      {"input_len": N, "output_len": M}                  lengths; prompt ids drawn from the pool
-      {"prompt_ids": [...], "output_len": M}             exact ids
-      {"prompt": "text", "output_len": M}                text (count checked against the server's)
-      {"messages": [...], "output_len": M}               chat messages
-    `max_tokens` is accepted for `output_len`. With more requests than lines, lines repeat in order."""
-
-    def __init__(self, path: Path, n: int | None, seed: int, pool: np.ndarray) -> None:
-        """Every line is checked here, before anything is sent: a bad line is a one-line error
-        naming the file and line, not a failure in the middle of a run."""
-        self.path, self.seed, self.pool = path, seed, pool
-        self.key: tuple[int, ...] = ()  # set by the plan: length-only lines draw fresh ids per round
-        self.lines = JsonLines(path)  # the byte offsets of its non-empty lines
-        self.first_ids_line: str | None = None  # where the first prompt_ids line is (chat APIs take none)
-        for k, line in self.lines.raw():
-            if "prompt_ids" in self._parse(line, self._where(k)) and self.first_ids_line is None:
-                self.first_ids_line = self._where(k)
-        if not len(self.lines):
-            raise UsageError(f"{path}: trace has no requests")
-        self.n = len(self.lines) if n is None else n
-
-    def _where(self, k: int) -> str:
-        return f"{self.path}:{self.lines.number(k)}"
-
-    def __len__(self) -> int:
-        return self.n
-
-    @staticmethod
-    def _parse(line: bytes, where: str) -> dict[str, Any]:
-        """The validated trace object of one line."""
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            obj = None
-        if not isinstance(obj, dict):
-            raise UsageError(f"{where}: expected a JSON object with output_len (or max_tokens) and one of "
-                             "input_len, prompt_ids, prompt, messages")
-
-        def count(key: str, minimum: int) -> int:
-            v = obj[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise UsageError(f"{where}: {key}: expected an integer >= {minimum}, got {v!r}")
-            return v
-
-        key = "output_len" if "output_len" in obj or "max_tokens" not in obj else "max_tokens"
-        if key not in obj:
-            raise UsageError(f"{where}: needs output_len (or max_tokens)")
-        obj["output_len"] = count(key, 1)
-        if "prompt_ids" in obj:
-            ids = obj["prompt_ids"]
-            if not isinstance(ids, list) or not ids or not all(
-                    isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**32 for x in ids):
-                raise UsageError(f"{where}: prompt_ids: expected a non-empty list of token ids")
-        elif "input_len" in obj:
-            count("input_len", 1)
-        elif "messages" in obj:
-            if not isinstance(obj["messages"], list) or not all(isinstance(m, dict) for m in obj["messages"]):
-                raise UsageError(f"{where}: messages: expected a list of message objects")
-        elif "prompt" in obj:
-            if not isinstance(obj["prompt"], str):
-                raise UsageError(f"{where}: prompt: expected a string")
-        else:
-            raise UsageError(f"{where}: needs input_len, prompt_ids, prompt or messages")
-        if obj.get("category") is not None and not isinstance(obj["category"], str):
-            raise UsageError(f"{where}: category: a category is a name (text), got {type(obj['category']).__name__}")
-        return obj
-
-    def get(self, k: int) -> dict[str, Any]:
-        import numpy as np
-
-        j = k % len(self.lines)
-        obj = self._parse(next(line for _, line in self.lines.raw({j})), self._where(j))
-        req: dict[str, Any] = {"output_len": obj["output_len"]}
-        if "prompt_ids" in obj:
-            req["prompt_ids"] = tuple(obj["prompt_ids"])
-        elif "input_len" in obj:
-            rng = np.random.default_rng([self.seed, 0x7ACE, k] if not self.key else
-                                        [self.seed, 0x7ACE, 0xCAC4E, *self.key, k])
-            req["prompt_ids"] = tuple(rng.choice(self.pool, size=obj["input_len"]).tolist())
-        elif "messages" in obj:
-            req["messages"] = tuple(obj["messages"])
-        else:
-            req["prompt_text"] = obj["prompt"]
-        if isinstance(obj.get("category"), str) and obj["category"]:
-            req["category"] = obj["category"]
-        return req
 
 
 class _Requests:
@@ -208,25 +117,35 @@ def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int
     return [int(x) for x in np.rint(np.cumsum(gaps) * 1e9)]
 
 
-def trace_of(profile: Profile, pool: np.ndarray | None = None) -> _TraceRequests:
-    """The profile's trace, every line checked (without a pool: only checked, as by `validate`).
-    Token ids cannot go to a chat API, which takes text: such a trace is refused here."""
+def trace_of(profile: Profile, pool: np.ndarray | None = None) -> TraceRequests:
+    """The profile's trace, every line checked (without a pool: only checked, as by `validate`), and
+    under `load.schedule: trace` its window chosen. Token ids cannot go to a chat API, which takes
+    text: such a trace is refused here."""
     import numpy as np
 
-    w = profile.workload
+    w, load = profile.workload, profile.load
     assert w.source is not None
-    t = _TraceRequests(profile.resolve(w.source.path), w.requests, profile.seed,
-                       np.zeros(1, dtype=np.int64) if pool is None else pool)
+    t = TraceRequests(profile.resolve(w.source.path), w.request_count, profile.seed,
+                      np.zeros(1, dtype=np.int64) if pool is None else pool, w.source.block_size)
     if t.first_ids_line is not None and is_chat(profile.target.api):
         raise UsageError(f"{t.first_ids_line}: prompt_ids cannot be sent to target.api {profile.target.api!r}, "
                          "which takes text: give prompt or messages there, or use a completions API")
+    if load.schedule == "trace":
+        t.timed(Window(load.trace_start_s, load.trace_length_s, load.trace_speed, w.requests))
     return t
 
 
 def check_source(profile: Profile) -> None:
     """Every line of the profile's trace, or row of its dataset (UsageError at the first bad one)."""
     if profile.workload.source is None:
+        if profile.load.schedule == "trace":
+            raise UsageError(f"{profile.path or 'profile'}: load.schedule: trace replays a timed trace: needs "
+                             "workload.dataset (format trace or mooncake, lines with a timestamp)")
         return
+    if not has_trace(profile) and profile.load.schedule == "trace":
+        ds = profile.workload.source
+        raise UsageError(f"{profile.resolve(ds.path)}: load.schedule: trace replays a timed trace: the dataset's lines "
+                         "must be of format trace or mooncake, with a timestamp (ms) each")
     if has_trace(profile):
         ds = profile.workload.source
         assert ds is not None
@@ -255,18 +174,21 @@ class Plan(Sequence[PlannedRequest]):
             raise ValueError("empty token pool")
         base_dir = profile.resolve(".")
         w, load = profile.workload, profile.load
-        self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir, key)
-        self.trace: _TraceRequests | None = None
+        self.trace: TraceRequests | None = None
         self.dataset = dataset  # a dataset's requests: the same in every round (its own text)
         if dataset is None and w.source is not None:
             if not has_trace(profile):
                 raise ValueError("a dataset's requests are prepared first (loadgate.load.workload.dataset)")
             self.trace = trace_of(profile, pool)
             self.trace.key = key
+        n = len(self.trace) if self.trace is not None and self.trace.order is not None else w.request_count
+        self.measured = _Requests(w, n, profile.seed, _MEASURED_SALT, pool, base_dir, key)
         self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir, key)
         self.offsets: list[int] | None = None
-        if load.rate is not None:
-            self.offsets = arrival_offsets_ns(load, w.requests, np.random.default_rng([profile.seed, 1]))
+        if self.trace is not None and self.trace.order is not None:
+            self.offsets = self.trace.offsets_ns
+        elif load.rate is not None:
+            self.offsets = arrival_offsets_ns(load, n, np.random.default_rng([profile.seed, 1]))
         self.n_warmup = len(self.warm)
 
     def __len__(self) -> int:
@@ -298,6 +220,16 @@ class Plan(Sequence[PlannedRequest]):
             return PlannedRequest(i, False, t.get("prompt_ids"), t["output_len"], off,
                                   t.get("prompt_text"), t.get("messages"), category=t.get("category"))
         return PlannedRequest(i, False, self.measured.prompt(k), int(self.measured.osl[k]), off)
+
+    def trace_info(self) -> dict[str, Any] | None:
+        """A timed trace's replay (meta.json's `trace`): its requests, their span, the lines that
+        were out of time order, the window and speed, and its own prefix sharing; None otherwise."""
+        t = self.trace
+        if t is None or t.order is None:
+            return None
+        span = (t.offsets_ns[-1] - t.offsets_ns[0]) / 1e9 if t.offsets_ns else 0.0
+        return {"requests": len(t), "span_s": span, "mean_rate": (len(t) - 1) / span if span > 0 else None,
+                "out_of_order": t.out_of_order, "lines": len(t.lines), "sharing": t.sharing()}
 
     def warmup_requests(self) -> range:
         return range(self.n_warmup)

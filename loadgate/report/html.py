@@ -140,11 +140,11 @@ def _host(url: Any) -> str:
 
 
 def _axis_label(load: str) -> str:
-    return "request rate (req/s)" if load == "rate" else "concurrency"
+    return {"rate": "request rate (req/s)", "trace": "trace speed (×)"}.get(load, "concurrency")
 
 
 def _level_label(load: str, level: str) -> str:
-    return f"rate {level}/s" if load == "rate" else f"concurrency {level}"
+    return {"rate": f"rate {level}/s", "trace": f"trace ×{level}"}.get(load, f"concurrency {level}")
 
 
 def _by_level(run_dir: Path, summary: Summary) -> dict[str, list[Record]]:

@@ -150,8 +150,11 @@ def render_summary(summary: Summary) -> str:
     for level, s in summary.levels.items():
         t = s.throughput
         errs = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none"
-        out.append(f"\n{summary.load} {level}: {s.requests} requests, {s.succeeded} "
+        name = f"trace ×{level}" if summary.load == "trace" else f"{summary.load} {level}"
+        out.append(f"\n{name}: {s.requests} requests, {s.succeeded} "
                    f"succeeded, {s.failed} failed (errors: {errs})")
+        if summary.trace:
+            out.append(trace_line(summary.trace))
         out.append(level_table(s))
         out.append(f"output throughput {fmt(t.output_token_throughput, 1)} tok/s · "
                    f"input {fmt(t.input_token_throughput, 1)} tok/s · "
@@ -172,9 +175,14 @@ def render_summary(summary: Summary) -> str:
                        + (f", and {cc['client_failed_after_accept']} requests that failed after the server took them"
                           if cc.get("client_failed_after_accept") else ""))
         pc = s.prefix_cache
+        sharing = (summary.trace or {}).get("sharing") or {}
         if pc and pc.get("hit_rate") is not None:
+            beside = (f"; the trace's own sharing {sharing['ratio']:.1%}" if sharing.get("ratio") is not None else "")
             out.append(f"prefix cache: {pc['hit_rate']:.1%} of {fmt(pc['queries'], 0)} prompt tokens were served from the "
-                       f"server's cache in the window ({pc['counters'][0]})")
+                       f"server's cache in the window ({pc['counters'][0]}){beside}")
+        elif sharing.get("ratio") is not None:
+            out.append(f"prefix cache: the server reports no hits and queries; the trace's own sharing "
+                       f"{sharing['ratio']:.1%}")
         tc = s.token_counts
         out.append(f"token counts vs plan: {tc.prompt_mismatches} prompt and {tc.completion_mismatches} "
                    f"completion mismatches in {tc.checked} requests" + _unverified_words(tc, summary))
@@ -250,6 +258,21 @@ def capacity_table(summary: Summary, slo: dict[str, Any]) -> str:
         out += (f"\nhighest {kind} meeting the SLOs ({slo_words}): {best}" if best is not None
                 else f"\nno {kind} met the SLOs ({slo_words})")
     return out
+
+
+def trace_line(trace: dict[str, Any]) -> str:
+    """What a timed trace's replay was: its requests and span, its lines out of time order, and the
+    prefix sharing the trace itself holds (what a cache that keeps every block would find)."""
+    rate = trace.get("mean_rate")
+    words = (f"timed trace: {trace['requests']:,} requests over {trace['span_s']:.1f} s of its time"
+             + (f" (mean {rate:.1f} req/s)" if rate else "") + ", latency from each line's timestamp")
+    if trace.get("out_of_order"):
+        words += f"; {trace['out_of_order']:,} of its {trace['lines']:,} lines were out of time order (sent in time order)"
+    sh = trace.get("sharing")
+    if sh and sh.get("ratio") is not None:
+        words += (f"; its own prefix sharing: {sh['ratio']:.1%} of {sh['prompt_tokens']:,} prompt tokens lie in "
+                  f"{sh['block']}-token blocks an earlier request held whole")
+    return words
 
 
 def summary_rows(summary: Summary) -> list[list[Any]]:

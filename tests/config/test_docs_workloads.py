@@ -41,6 +41,9 @@ def write_files(folder: Path) -> Path:
     (data / "prompts.jsonl").write_text("".join(
         json.dumps({"prompt": r["messages"][-1]["content"], "completion": r["completion"]}) + "\n" for r in ROWS))
     (data / "trace.jsonl").write_text('{"input_len": 100, "output_len": 20}\n{"prompt": "hi", "max_tokens": 5}\n')
+    (data / "mooncake.jsonl").write_text("".join(json.dumps(
+        {"timestamp": ms, "input_length": 600, "output_length": 8, "hash_ids": [1, 2]}) + "\n"
+        for ms in (0, 650_000, 700_000)))
     return folder
 
 
@@ -48,7 +51,7 @@ def test_the_page_has_a_snippet_for_every_format_and_key():
     text = "\n".join(SNIPPETS)
     assert len(SNIPPETS) >= 7
     for needle in ("sharegpt.json", ".parquet", "data/saved", "chat.jsonl", "trace:", "lengths: profile",
-                   "order: file", "min_input_len", "fields:", "prompts.jsonl"):
+                   "order: file", "min_input_len", "fields:", "prompts.jsonl", "schedule: trace"):
         assert needle in text, needle
 
 

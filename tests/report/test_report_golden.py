@@ -31,7 +31,7 @@ ADDED: tuple[str, ...] = (
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
     r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
-    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "request": \{', r'      "groups": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "request": \{', r'      "groups": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
 )
 
 
@@ -83,7 +83,7 @@ def test_a_version_1_summary_json_is_read_into_todays_summary():
     s = Summary.from_json(old)
     again = build_summary(RUNS / "single")
     # the version the file was written at is kept (compare tells definitions that changed since)
-    assert s.summary_version == 1 and again.summary_version == SUMMARY_VERSION == 7
+    assert s.summary_version == 1 and again.summary_version == SUMMARY_VERSION == 8
     assert s.levels["4"].metrics == again.levels["4"].metrics
     assert s.levels["4"].token_counts.prompt_mismatches == again.levels["4"].token_counts.prompt_mismatches == 0
     assert Summary.from_json(again.to_json()) == again  # today's round-trips
@@ -200,6 +200,26 @@ def test_a_version_6_run_folder_is_read_without_reasoning_and_judged_as_then(cap
     assert again.request is not None and again.request["temperature"] == 0.0 and again.request["ignore_eos"] is True
     code = load_json(run / "verdict.json")["code"]
     assert main(["report", str(run)]) == code
+
+
+def test_a_version_7_run_folder_is_read_without_a_trace_and_judged_as_then(capsys):
+    """A summary of version 7 (records v7, before timed traces): it reads with `trace` null and its
+    load kind as written, rebuilds with the same figures at version 8, and `report` gives the code
+    that run's verdict.json holds."""
+    from loadgate.analysis.summary import SUMMARY_VERSION, Summary, build_summary
+    from loadgate.jsonutil import load_json
+
+    run = RUNS.parent / "runs-v7" / "single"
+    old = load_json(run / "summary.json")
+    assert old["summary_version"] == 7 and "trace" not in old
+    s, again = Summary.from_json(old), build_summary(run)
+    assert s.summary_version == 7 and s.trace is None and s.load == "concurrency"
+    assert again.summary_version == SUMMARY_VERSION == 8 and again.trace is None and again.load == "concurrency"
+    for name, m in s.levels["16"].metrics.items():
+        assert again.levels["16"].metrics[name] == m, name
+    code = load_json(run / "verdict.json")["code"]
+    assert main(["report", str(run)]) == code
+    assert "timed trace" not in capsys.readouterr().out
 
 
 def test_an_invalid_stamp_bound_names_the_host_where_it_took_a_share_of_the_cpu():

@@ -11,7 +11,8 @@ Formats (`format: auto` picks one by the name), what a row holds, and how it is 
 - parquet: read in record batches of the mapped columns only (pyarrow), never whole.
 - arrow: a folder as Hugging Face `datasets.save_to_disk` writes it (`state.json` naming its
   `data-*.arrow` files, each an Arrow IPC stream), or one such `.arrow` file; memory-mapped.
-- trace: JSONL of lengths and ids, replayed by `loadgate.load.plan` (what `workload.trace` reads).
+- trace: JSONL of lengths and ids, replayed by `loadgate.load.plan` (what `workload.trace` reads);
+  mooncake: JSONL of Mooncake's timed lines (`loadgate.load.workload.trace`).
 `fields` maps a row's own names; `category` (a string) groups the request in the figures.
 
 Every row is checked in a first streaming pass before anything is sent: a row that is not an
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 PROMPT_NAMES = ("prompt", "text", "instruction")
 COMPLETION_NAMES = ("completion", "response", "output")
 TRACE_KEYS = ("input_len", "prompt_ids", "output_len", "max_tokens")
+MOONCAKE_KEYS = ("input_length", "output_length", "hash_ids")
 _HUMAN, _BOT = ("human", "user"), ("gpt", "assistant", "chatgpt", "bard", "bing", "model")
 MAX_CATEGORIES = 64  # figures by category: each one's percentiles, and an A/B test of each
 _BATCH = 128  # rows per pyarrow record batch (fewer: less memory held between batches, 1024 held ~35 MiB more)
@@ -103,7 +105,9 @@ def detect_format(ds: Dataset, path: Path) -> str:
             first = orjson.loads(line) if line else None
         except orjson.JSONDecodeError:
             return "jsonl"  # its reader names the line
-        # one rule: a line that states its lengths (or ids) is a trace's
+        # one rule: a line that states its lengths (or ids) is a trace's; Mooncake's names are its own
+        if isinstance(first, dict) and any(k in first for k in MOONCAKE_KEYS):
+            return "mooncake"
         trace = isinstance(first, dict) and any(k in first for k in TRACE_KEYS)
         return "trace" if trace else "jsonl"
     raise UsageError(f"{path}: cannot tell the dataset's format from its name: set workload.dataset.format "
@@ -489,9 +493,9 @@ def open_rows(profile: Profile) -> Rows | None:
 
 
 def has_trace(profile: Profile) -> bool:
-    """The requests come from a trace (`workload.trace`, or a dataset of format trace)."""
+    """The requests come from a trace (`workload.trace`, or a dataset of format trace or mooncake)."""
     ds = profile.workload.source
-    return ds is not None and detect_format(ds, profile.resolve(ds.path)) == "trace"
+    return ds is not None and detect_format(ds, profile.resolve(ds.path)) in ("trace", "mooncake")
 
 
 # --- counting and preparing ------------------------------------------------------------------------
@@ -689,7 +693,7 @@ async def prepare(profile: Profile, rows: Rows, counter: Counter | None) -> Prep
     from loadgate.load.workload.lengths import draw_lengths
 
     w, ds = profile.workload, rows.ds
-    n = w.requests
+    n = w.request_count
     chat_api = is_chat(profile.target.api)
     rng = np.random.default_rng([profile.seed, 0xDA7A0])
     isl = draw_lengths(w.input_len, n, rng, profile.resolve("."))
