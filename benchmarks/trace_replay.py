@@ -139,7 +139,7 @@ def main() -> None:
         print(f"loop lag: p50 {ll.get('p50') or float('nan'):.3f} ms, p99 {ll.get('p99') or float('nan'):.3f} ms, "
               f"max {ll.get('max') or float('nan'):.3f} ms; client CPU {h.get('cpu_s') or float('nan'):.1f} s")
         print(f"the trace's own prefix sharing {sharing.get('ratio', float('nan')):.2%} of prompt tokens; the "
-              f"simulator's hit rate {pc.get('hit_rate') or float('nan'):.2%} of {pc.get('queries') or 0:,} prompt tokens")
+              f"simulator's hit rate {pc.get('hit_rate') or float('nan'):.2%} of {int(pc.get('queries') or 0):,} prompt tokens")
         stamps = (h.get("stamp_bound") or {}).get("stated_p99_ms")
         print(f"stamp bound p99 {stamps if stamps is not None else float('nan'):.3f} ms; invalid: {level['invalid'] or 'no'}")
 

@@ -65,6 +65,13 @@ def validate(profile: str) -> None:
     p.check_files()
     check_source(p)
     say(f"{profile}: valid profile {p.name!r}")
+    if p.load.schedule == "trace":
+        from loadgate.load.plan import trace_of
+        from loadgate.report.table import trace_line
+
+        info = trace_of(p).info()
+        assert info is not None
+        say(trace_line(info))
     for line in _sampling_power_lines(p):
         say(line)
     c = p.load.concurrency

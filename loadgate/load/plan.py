@@ -224,12 +224,7 @@ class Plan(Sequence[PlannedRequest]):
     def trace_info(self) -> dict[str, Any] | None:
         """A timed trace's replay (meta.json's `trace`): its requests, their span, the lines that
         were out of time order, the window and speed, and its own prefix sharing; None otherwise."""
-        t = self.trace
-        if t is None or t.order is None:
-            return None
-        span = (t.offsets_ns[-1] - t.offsets_ns[0]) / 1e9 if t.offsets_ns else 0.0
-        return {"requests": len(t), "span_s": span, "mean_rate": (len(t) - 1) / span if span > 0 else None,
-                "out_of_order": t.out_of_order, "lines": len(t.lines), "sharing": t.sharing()}
+        return None if self.trace is None else self.trace.info()
 
     def warmup_requests(self) -> range:
         return range(self.n_warmup)

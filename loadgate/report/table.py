@@ -264,14 +264,14 @@ def trace_line(trace: dict[str, Any]) -> str:
     """What a timed trace's replay was: its requests and span, its lines out of time order, and the
     prefix sharing the trace itself holds (what a cache that keeps every block would find)."""
     rate = trace.get("mean_rate")
-    words = (f"timed trace: {trace['requests']:,} requests over {trace['span_s']:.1f} s of its time"
+    words = (f"timed trace: {trace['requests']:,} requests over {trace['span_s']:.1f} s"
              + (f" (mean {rate:.1f} req/s)" if rate else "") + ", latency from each line's timestamp")
     if trace.get("out_of_order"):
         words += f"; {trace['out_of_order']:,} of its {trace['lines']:,} lines were out of time order (sent in time order)"
     sh = trace.get("sharing")
     if sh and sh.get("ratio") is not None:
-        words += (f"; its own prefix sharing: {sh['ratio']:.1%} of {sh['prompt_tokens']:,} prompt tokens lie in "
-                  f"{sh['block']}-token blocks an earlier request held whole")
+        words += (f"; its own prefix sharing: {sh['ratio']:.1%} of {sh['prompt_tokens']:,} prompt tokens begin an "
+                  f"earlier request's prompt too (by the hash ids of {sh['block']}-token blocks)")
     return words
 
 

@@ -96,7 +96,7 @@ def test_requests_go_at_their_timestamps_scaled_windowed_and_sorted(sim, tmp_pat
     assert main(["report", str(result.run_dir)]) in (11, 30)
     out = capsys.readouterr().out
     assert "trace ×2.0: 4 requests" in out
-    assert ("timed trace: 4 requests over 0.3 s of its time (mean 10.0 req/s), latency from each line's timestamp; "
+    assert ("timed trace: 4 requests over 0.3 s (mean 10.0 req/s), latency from each line's timestamp; "
             "1 of its 7 lines were out of time order (sent in time order)") in out
 
 
@@ -146,3 +146,15 @@ def test_bad_trace_input_is_one_line_and_nothing_is_sent(tmp_path, capsys, line,
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and where in err and words in err, err
     assert "Traceback" not in err
+
+
+def test_validate_says_what_a_timed_trace_will_replay(tmp_path, capsys):
+    trace = mooncake(tmp_path / "t.jsonl", n=12)
+    (tmp_path / "p.yaml").write_text(f"target:\n  endpoint: http://127.0.0.1:9\nworkload:\n  dataset:\n    path: {trace}\n"
+                                     f"    block_size: {BLOCK}\nload:\n  schedule: trace\n  trace_speed: 2\n")
+    assert main(["validate", str(tmp_path / "p.yaml")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("timed trace: 12 requests over ") and "latency from each line's timestamp" in out[1]
+    # 12 requests, 4 of each group of 1-3 shared leading blocks: 3 of each group find them
+    assert f"{3 * BLOCK * (1 + 2 + 3) / sum((len(g) + 2) * BLOCK - 9 for g in [[1], [2, 3], [4, 5, 6]] * 4):.1%}" \
+        in out[1], out[1]

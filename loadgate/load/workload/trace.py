@@ -217,6 +217,16 @@ class TraceRequests:
         rng = np.random.default_rng([self.seed, _BLOCK_SALT, *self.key, h])
         return rng.choice(self.pool, size=self.block)
 
+    def info(self) -> dict[str, Any] | None:
+        """A timed replay (meta.json's `trace`): its requests, their span at its speed, the mean rate,
+        the lines that were out of time order, the trace's lines, and its own prefix sharing; None
+        for a trace sent without its times."""
+        if self.order is None:
+            return None
+        span = (self.offsets_ns[-1] - self.offsets_ns[0]) / 1e9 if self.offsets_ns else 0.0
+        return {"requests": self.n, "span_s": span, "mean_rate": (self.n - 1) / span if span > 0 else None,
+                "out_of_order": self.out_of_order, "lines": len(self.lines), "sharing": self.sharing()}
+
     def sharing(self) -> dict[str, Any] | None:
         """The window's own prefix sharing (see the module docstring), or None for a trace without
         hash ids: `ratio` of its prompt tokens, `shared_tokens`, `prompt_tokens`, `block`."""
