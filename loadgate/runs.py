@@ -285,7 +285,9 @@ FD_MARGIN = 64  # files, the metrics and introspection connections, the simulato
 def open_files_needed(profile: Profile) -> int:
     """Sockets one client process holds at most (its share of the slots), plus a margin."""
     load = profile.load
-    if load.rate is not None:
+    if load.schedule == "trace":  # uncapped: the trace's own bursts, unknown here; a generous share
+        slots = load.max_in_flight or 4096
+    elif load.rate is not None:
         slots = load.max_in_flight or max(1, int(load.rate * 10))  # uncapped open loop: ~10 s of arrivals
     else:
         c = load.concurrency

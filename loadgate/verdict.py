@@ -200,8 +200,16 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
 
 
 def _planned(meta: dict[str, Any]) -> int | None:
-    """Measured requests the run planned: per level, the workload's count (None: a timed run)."""
-    n = ((meta.get("profile") or {}).get("workload") or {}).get("requests")
+    """Measured requests the run planned: a timed trace's window, else per level the workload's
+    count (100 where the profile left it unset); None where meta.json says neither."""
+    trace = meta.get("trace")
+    if isinstance(trace, dict) and isinstance(trace.get("requests"), int):
+        return int(trace["requests"])
+    workload = (meta.get("profile") or {}).get("workload")
+    if not isinstance(workload, dict):
+        return None
+    n = workload.get("requests", 100)
+    n = 100 if n is None else n
     return n * len(meta.get("levels") or []) if isinstance(n, int) else None
 
 

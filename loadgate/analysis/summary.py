@@ -315,7 +315,11 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
     if budgets:
         b = HealthBudgets(**budgets)
         unbounded = h.stamp_bound is None and any(r.succeeded and r.chunk_ns for r in records)
-        invalid += verdict(dataclasses.asdict(h), b, cpus, unbounded)
+        said = verdict(dataclasses.asdict(h), b, cpus, unbounded)
+        if (profile.get("load") or {}).get("schedule") == "trace":  # a trace has no concurrency to lower
+            said = [m.replace("lower the concurrency", "lower load.trace_speed (or cap load.max_in_flight)")
+                    for m in said]
+        invalid += said
         h = dataclasses.replace(h, warnings=warnings(dataclasses.asdict(h), b))
     throughput = Throughput(**s["throughput"])
     groups = group_figures(records, throughput.window_s, acceptance.counters, drop)

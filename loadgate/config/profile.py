@@ -117,7 +117,7 @@ class Dataset:
     min_output_len: int | None = knob(None, "skip rows whose reply has fewer tokens", min=1)
     max_output_len: int | None = knob(None, "skip rows whose reply has more tokens", min=1)
     block_size: int = knob(512, "trace and mooncake: tokens per block of a line's hash_ids (equal ids, equal "
-                           "tokens)", min=1)
+                           "tokens)", min=1, max=65536)
 
     @property
     def filters(self) -> dict[str, int]:
@@ -385,6 +385,12 @@ class Load:
                 if getattr(self, key) is not None:
                     return [(key, "load.schedule: trace sends each request at its trace timestamp: no "
                              f"{key} (cap requests in flight with max_in_flight)")]
+            if self.duration_s is not None:
+                return [("duration_s", "load.schedule: trace replays a window of the trace: give its length as "
+                         "load.trace_length_s (seconds of trace time), not duration_s")]
+            for key, given in (("arrival", self.arrival != "poisson"), ("burstiness", self.burstiness != 1.0)):
+                if given:
+                    return [(key, "the arrivals are the trace's own under load.schedule: trace")]
             return []
         for key, default in (("trace_speed", 1.0), ("trace_start_s", 0.0), ("trace_length_s", None)):
             if getattr(self, key) != default:

@@ -144,6 +144,7 @@ def check_source(profile: Profile) -> None:
         return
     if not has_trace(profile) and profile.load.schedule == "trace":
         ds = profile.workload.source
+        open_rows(profile)  # a line that is no JSON at all: its reader names it first
         raise UsageError(f"{profile.resolve(ds.path)}: load.schedule: trace replays a timed trace: the dataset's lines "
                          "must be of format trace or mooncake, with a timestamp (ms) each")
     if has_trace(profile):
@@ -222,8 +223,7 @@ class Plan(Sequence[PlannedRequest]):
         return PlannedRequest(i, False, self.measured.prompt(k), int(self.measured.osl[k]), off)
 
     def trace_info(self) -> dict[str, Any] | None:
-        """A timed trace's replay (meta.json's `trace`): its requests, their span, the lines that
-        were out of time order, the window and speed, and its own prefix sharing; None otherwise."""
+        """A timed trace's replay (meta.json's `trace`, `TraceRequests.info`); None otherwise."""
         return None if self.trace is None else self.trace.info()
 
     def warmup_requests(self) -> range:

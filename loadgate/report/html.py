@@ -19,7 +19,7 @@ from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
 from loadgate.report import plots
-from loadgate.report.table import fmt
+from loadgate.report.table import fmt, trace_line
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 1.5em auto;
@@ -87,8 +87,9 @@ def group_table_html(s: LevelSummary, field: str = "category") -> str:
             + note)
 
 
-def _level_facts(s: LevelSummary) -> str:
-    """Requests, errors, throughput, goodput, acceptance and validity of one level, as a list."""
+def _level_facts(s: LevelSummary, trace: dict[str, Any] | None = None) -> str:
+    """Requests, errors, throughput, goodput, acceptance and validity of one level, as a list (a
+    timed trace's replay and prefix sharing first, with the server's hit rate)."""
     t = s.throughput
     errs = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "none"
     items = [f"{s.requests} requests, {s.succeeded} succeeded, {s.failed} failed "
@@ -104,6 +105,10 @@ def _level_facts(s: LevelSummary) -> str:
     pr = s.acceptance.per_request
     if pr and pr.get("acceptance_length") is not None:
         items.append(f"acceptance length {fmt(pr['acceptance_length'], 3)} ({escape(str(pr.get('source')))})")
+    if trace:
+        hits = (s.prefix_cache or {}).get("hit_rate")
+        items.insert(0, escape(trace_line(trace)) + (f"; the server's prefix-cache hit rate {hits:.1%}"
+                                                     if hits is not None else ""))
     for msg in s.invalid:
         items.append(f'<span class="bad">INVALID: {escape(msg)}</span>')
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
@@ -185,7 +190,7 @@ def _page(title: str, body: str) -> str:
 def _tables(summary: Summary, *, side_by_side: bool = False) -> str:
     """Each level's facts and metric table; levels side by side (wrapping) when asked."""
     load = summary.load
-    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s)}{level_table_html(s)}{group_table_html(s)}</div>"
+    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s, summary.trace)}{level_table_html(s)}{group_table_html(s)}</div>"
               for lv, s in summary.levels.items()]
     return f'<div class="cols">{"".join(blocks)}</div>' if side_by_side else "".join(blocks)
 

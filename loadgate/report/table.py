@@ -178,10 +178,13 @@ def render_summary(summary: Summary) -> str:
         sharing = (summary.trace or {}).get("sharing") or {}
         if pc and pc.get("hit_rate") is not None:
             beside = (f"; the trace's own sharing {sharing['ratio']:.1%}" if sharing.get("ratio") is not None else "")
+            if beside and summary.chat_template_tokens:
+                beside += (f" (of its own tokens: the server also counts the chat template's "
+                           f"{summary.chat_template_tokens} a request, which the sharing leaves out)")
             out.append(f"prefix cache: {pc['hit_rate']:.1%} of {fmt(pc['queries'], 0)} prompt tokens were served from the "
                        f"server's cache in the window ({pc['counters'][0]}){beside}")
         elif sharing.get("ratio") is not None:
-            out.append(f"prefix cache: the server reports no hits and queries; the trace's own sharing "
+            out.append(f"prefix cache: the server exposes no prefix-cache counters; the trace's own sharing "
                        f"{sharing['ratio']:.1%}")
         tc = s.token_counts
         out.append(f"token counts vs plan: {tc.prompt_mismatches} prompt and {tc.completion_mismatches} "
@@ -264,7 +267,8 @@ def trace_line(trace: dict[str, Any]) -> str:
     """What a timed trace's replay was: its requests and span, its lines out of time order, and the
     prefix sharing the trace itself holds (what a cache that keeps every block would find)."""
     rate = trace.get("mean_rate")
-    words = (f"timed trace: {trace['requests']:,} requests over {trace['span_s']:.1f} s"
+    n = trace["requests"]
+    words = (f"timed trace: {n:,} request{'s' if n != 1 else ''} over {trace['span_s']:.1f} s"
              + (f" (mean {rate:.1f} req/s)" if rate else "") + ", latency from each line's timestamp")
     if trace.get("out_of_order"):
         words += f"; {trace['out_of_order']:,} of its {trace['lines']:,} lines were out of time order (sent in time order)"

@@ -158,3 +158,76 @@ def test_validate_says_what_a_timed_trace_will_replay(tmp_path, capsys):
     # 12 requests, 4 of each group of 1-3 shared leading blocks: 3 of each group find them
     assert f"{3 * BLOCK * (1 + 2 + 3) / sum((len(g) + 2) * BLOCK - 9 for g in [[1], [2, 3], [4, 5, 6]] * 4):.1%}" \
         in out[1], out[1]
+
+
+def _timed(tmp: Path, stamps: list[Any], start: float = 0.0, length: float | None = None) -> Any:
+    from loadgate.load.workload.trace import TraceRequests, Window
+
+    path = tmp / "w.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": ms, "input_len": 4, "output_len": 2}) + "\n" for ms in stamps))
+    t = TraceRequests(path, None, 0, np.arange(1, 50))
+    t.timed(Window(start, length))
+    return t
+
+
+@pytest.mark.parametrize("stamps, start, length, kept, offsets_ms", [
+    ([0, 100, 200, 300], 0.1, 0.2, [1, 2], [0, 100]),  # [0.1, 0.3): 300 ms is outside, in float seconds too
+    ([1000.1, 1200.1, 1400.1], 0.2, None, [1, 2], [0, 200]),  # 200 ms after the earliest is on the edge: in
+    ([0, 500, 800], 0.2, None, [1, 2], [300, 600]),  # the phase counts from the window's start
+])
+def test_a_window_is_cut_in_trace_milliseconds(tmp_path, stamps, start, length, kept, offsets_ms):
+    t = _timed(tmp_path, stamps, start, length)
+    assert t.order.tolist() == kept
+    assert [round(o / 1e6, 6) for o in t.offsets_ns] == offsets_ms
+
+
+def test_timestamps_are_read_only_for_a_timed_replay(tmp_path):
+    from loadgate.errors import UsageError
+
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps({"timestamp": "2024-01-01T00:00:00", "input_len": 4, "output_len": 2}) + "\n")
+    from loadgate.load.workload.trace import TraceRequests, Window
+
+    t = TraceRequests(path, 3, 0, np.arange(1, 50))  # sent in file order: the text is not read
+    assert len(t) == 3 and t.get(2)["output_len"] == 2
+    with pytest.raises(UsageError, match=r"w.jsonl:1: timestamp: expected a number of milliseconds >= 0, "
+                                         r"got '2024-01-01T00:00:00'"):
+        t.timed(Window())
+
+
+def test_a_mooncake_lines_own_key_is_named(tmp_path, capsys):
+    (tmp_path / "t.jsonl").write_text(json.dumps({"timestamp": 0, "input_length": 10.5, "output_length": 4,
+                                                  "hash_ids": [1]}) + "\n")
+    (tmp_path / "p.yaml").write_text("target:\n  endpoint: http://127.0.0.1:9\nworkload:\n  dataset:\n"
+                                     "    path: t.jsonl\nload:\n  schedule: trace\n")
+    assert main(["validate", str(tmp_path / "p.yaml")]) == 2
+    assert "t.jsonl:1: input_length: expected an integer >= 1, got 10.5" in capsys.readouterr().err
+
+
+def test_duration_s_is_refused_with_a_timed_trace(tmp_path, capsys):
+    (tmp_path / "t.jsonl").write_text(json.dumps({"timestamp": 0, "input_len": 4, "output_len": 2}) + "\n")
+    (tmp_path / "p.yaml").write_text("target:\n  endpoint: http://127.0.0.1:9\nworkload:\n  dataset:\n"
+                                     "    path: t.jsonl\nload:\n  schedule: trace\n  duration_s: 30\n")
+    assert main(["validate", str(tmp_path / "p.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "load.duration_s" in err and "load.trace_length_s" in err and len(err.strip().splitlines()) == 1
+
+
+def test_two_workers_replay_every_request_of_the_window_at_its_time(sim, tmp_path):
+    trace = mooncake(tmp_path / "t.jsonl", n=16)
+    p = profile(tmp_path, trace, sim.url, workers=2)
+    result = loadgate.run(p, unverified=True)
+    recs = sorted(read_records(result.run_dir / "records.jsonl"), key=lambda r: r.i)
+    stamps = [json.loads(line)["timestamp"] for line in trace.read_text().splitlines()]
+    want = [round((s - stamps[0]) * 1e6) for s in stamps]
+    assert len(recs) == 16 and all(r.succeeded for r in recs)
+    assert [r.intended_ns - recs[0].intended_ns for r in recs] == want
+    assert all(r.start_ns >= r.intended_ns for r in recs)
+
+
+def test_an_unfinished_run_names_the_requests_it_planned():
+    from loadgate.verdict import _planned
+
+    assert _planned({"profile": {"workload": {"requests": None}}, "levels": [1, 2]}) == 200  # unset: 100 a level
+    assert _planned({"profile": {"workload": {"requests": 30}}, "levels": [4]}) == 30
+    assert _planned({"profile": {"workload": {"requests": None}}, "levels": [1.0], "trace": {"requests": 77}}) == 77

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 _BLOCK_SALT, _TAIL_SALT = 0xB10C, 0x7ACE
+_EDGE_MS = 1e-6  # window edges: a timestamp this close to one is on it
 
 
 @dataclass(frozen=True)
@@ -71,22 +72,27 @@ class TraceRequests:
         self.key: tuple[int, ...] = ()  # set by the plan: length-only lines draw fresh ids per round
         self.lines = JsonLines(path)  # the byte offsets of its non-empty lines
         self.first_ids_line: str | None = None  # where the first prompt_ids line is (chat APIs take none)
-        self.first_untimed: str | None = None  # where the first line without a timestamp is
+        self.first_untimed: str | None = None  # where the first line without a usable timestamp is, and why
         stamps = np.full(len(self.lines), np.nan)
         for k, line in self.lines.raw():
             obj = self.parse(line, self._where(k))
             if "prompt_ids" in obj and self.first_ids_line is None:
                 self.first_ids_line = self._where(k)
-            if "timestamp" in obj:
-                stamps[k] = obj["timestamp"]
-            elif self.first_untimed is None:
-                self.first_untimed = self._where(k)
+            ts: Any = obj.get("timestamp")
+            if _number(ts) and ts >= 0:
+                stamps[k] = ts
+            elif self.first_untimed is None:  # a problem only for a timed replay (`timed`)
+                self.first_untimed = (f"{self._where(k)}: no timestamp" if ts is None else
+                                      f"{self._where(k)}: timestamp: expected a number of milliseconds >= 0, "
+                                      f"got {ts!r}")
         if not len(self.lines):
             raise UsageError(f"{path}: trace has no requests")
         self.stamps_ms = stamps
         self.order: np.ndarray | None = None  # timed: the window's lines in time order
         self.offsets_ns: list[int] = []
         self.out_of_order = 0
+        self.speed = 1.0
+        self.window: tuple[float, float | None] = (0.0, None)
         self.n = len(self.lines) if n is None else n
 
     def _where(self, k: int) -> str:
@@ -106,24 +112,22 @@ class TraceRequests:
             raise UsageError(f"{where}: expected a JSON object with output_len (or max_tokens) and one of "
                              "input_len, prompt_ids, prompt, messages (or a Mooncake line: timestamp, input_length, "
                              "output_length, hash_ids)")
+        written: dict[str, str] = {}  # our key -> the line's own name for it (a Mooncake line's)
         for theirs, ours in (("input_length", "input_len"), ("output_length", "output_len")):
             if theirs in obj and ours not in obj:
                 obj[ours] = obj.pop(theirs)
+                written[ours] = theirs
 
         def count(key: str, minimum: int) -> int:
             v = obj[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise UsageError(f"{where}: {key}: expected an integer >= {minimum}, got {v!r}")
+                raise UsageError(f"{where}: {written.get(key, key)}: expected an integer >= {minimum}, got {v!r}")
             return v
 
         key = "output_len" if "output_len" in obj or "max_tokens" not in obj else "max_tokens"
         if key not in obj:
             raise UsageError(f"{where}: needs output_len (or max_tokens, or a Mooncake line's output_length)")
         obj["output_len"] = count(key, 1)
-        if "timestamp" in obj and not (_number(obj["timestamp"]) and obj["timestamp"] >= 0):
-            raise UsageError(f"{where}: timestamp: expected a number of milliseconds >= 0, got {obj['timestamp']!r}")
-        if "hash_ids" in obj:
-            self._check_hash_ids(obj, where)
         if "prompt_ids" in obj:
             ids = obj["prompt_ids"]
             if not isinstance(ids, list) or not ids or not all(
@@ -139,6 +143,8 @@ class TraceRequests:
                 raise UsageError(f"{where}: prompt: expected a string")
         else:
             raise UsageError(f"{where}: needs input_len, prompt_ids, prompt or messages (or input_length)")
+        if "hash_ids" in obj:
+            self._check_hash_ids(obj, where)
         if obj.get("category") is not None and not isinstance(obj["category"], str):
             raise UsageError(f"{where}: category: a category is a name (text), got {type(obj['category']).__name__}")
         return obj
@@ -161,26 +167,29 @@ class TraceRequests:
         import numpy as np
 
         if self.first_untimed is not None:
-            raise UsageError(f"{self.first_untimed}: no timestamp: load.schedule trace sends each request at its "
-                             "timestamp (ms), which every line needs")
+            raise UsageError(f"{self.first_untimed}: load.schedule trace sends each request at its timestamp (ms), "
+                             "which every line needs")
         stamps = self.stamps_ms
         self.out_of_order = int(np.sum(stamps[1:] < np.maximum.accumulate(stamps)[:-1])) if stamps.size > 1 else 0
         order = np.argsort(stamps, kind="stable")
-        rel = (stamps[order] - stamps[order[0]]) / 1e3  # trace time, s
-        keep = rel >= window.start_s
+        rel = stamps[order] - stamps[order[0]]  # trace time, ms (compared in ms: seconds as floats miss edges)
+        lo = window.start_s * 1e3
+        keep = rel >= lo - _EDGE_MS
         if window.length_s is not None:
-            keep &= rel < window.start_s + window.length_s
+            keep &= rel < lo + window.length_s * 1e3 - _EDGE_MS
         order, rel = order[keep], rel[keep]
         if window.cap is not None:
             order, rel = order[:window.cap], rel[:window.cap]
         if not order.size:
             end = "" if window.length_s is None else f" to {window.start_s + window.length_s:g} s"
             raise UsageError(f"{self.path}: no request in the window from {window.start_s:g} s{end} of trace time "
-                             f"(the trace spans {float((stamps.max() - stamps.min()) / 1e3):g} s): see "
+                             f"(the trace spans {float((np.nanmax(stamps) - np.nanmin(stamps)) / 1e3):g} s): see "
                              "load.trace_start_s and load.trace_length_s")
         self.order = order
-        self.offsets_ns = [int(x) for x in np.rint((rel - rel[0]) / window.speed * 1e9)]
+        # from the window's start: a first line 0.3 s into the window is sent 0.3 s into the phase
+        self.offsets_ns = [int(x) for x in np.rint(np.maximum(rel - lo, 0.0) / window.speed * 1e6)]
         self.n = int(order.size)
+        self.speed, self.window = window.speed, (window.start_s, window.length_s)
 
     def _line(self, k: int) -> tuple[int, dict[str, Any]]:
         j = int(self.order[k]) if self.order is not None else k % len(self.lines)
@@ -225,7 +234,8 @@ class TraceRequests:
             return None
         span = (self.offsets_ns[-1] - self.offsets_ns[0]) / 1e9 if self.offsets_ns else 0.0
         return {"requests": self.n, "span_s": span, "mean_rate": (self.n - 1) / span if span > 0 else None,
-                "out_of_order": self.out_of_order, "lines": len(self.lines), "sharing": self.sharing()}
+                "out_of_order": self.out_of_order, "lines": len(self.lines), "speed": self.speed,
+                "window_s": list(self.window), "sharing": self.sharing()}
 
     def sharing(self) -> dict[str, Any] | None:
         """The window's own prefix sharing (see the module docstring), or None for a trace without
