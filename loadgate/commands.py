@@ -21,6 +21,7 @@ from loadgate.errors import FingerprintsDiffer, LoadgateError, UsageError
 # Each command imports the stages it uses when it runs (`loadgate --help` and a profile error need
 # none of them; aiohttp, numpy and scipy cost ~0.4 s and ~0.8 s to import on the 2-core machine).
 if TYPE_CHECKING:
+    from loadgate.config.profile import Profile
     from loadgate.runs import ProgressFactory, RunResult, Tick
     from loadgate.verdict import Verdict
 
@@ -57,6 +58,28 @@ def progress_bar(show: bool) -> ProgressFactory:
     return factory
 
 
+def _timed_words(p: Profile) -> str:
+    """What a timed replay will send (a dataset's rows before its length filters, which need counting)."""
+    from loadgate.load.plan import trace_of
+    from loadgate.load.workload.dataset import has_trace, open_rows, row_stamps
+    from loadgate.load.workload.timing import Window, timed_order
+    from loadgate.report.table import trace_line
+
+    if has_trace(p):
+        info = trace_of(p).info()
+    else:
+        rows = open_rows(p)
+        assert rows is not None
+        load = p.load
+        order, offsets, late = timed_order(row_stamps(rows), Window(load.trace_start_s, load.trace_length_s,
+                                                                    load.trace_speed, p.workload.requests), rows.path)
+        span = (offsets[-1] - offsets[0]) / 1e9
+        info = {"requests": int(order.size), "span_s": span, "mean_rate": (order.size - 1) / span if span > 0 else None,
+                "out_of_order": late, "lines": len(rows), "sharing": None}
+    assert info is not None
+    return trace_line(info)
+
+
 def validate(profile: str) -> None:
     from loadgate.config.profile import load_profile
     from loadgate.load.plan import check_source
@@ -66,12 +89,7 @@ def validate(profile: str) -> None:
     check_source(p)
     say(f"{profile}: valid profile {p.name!r}")
     if p.load.schedule == "trace":
-        from loadgate.load.plan import trace_of
-        from loadgate.report.table import trace_line
-
-        info = trace_of(p).info()
-        assert info is not None
-        say(trace_line(info))
+        say(_timed_words(p))
     for line in _sampling_power_lines(p):
         say(line)
     c = p.load.concurrency

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any, overload
 from loadgate.config.profile import DatasetFields, Load, Profile, Workload
 from loadgate.engine.adapters import is_chat
 from loadgate.errors import UsageError
-from loadgate.load.workload.dataset import has_trace, open_rows
+from loadgate.load.workload.dataset import has_trace, open_rows, row_stamps
 from loadgate.load.workload.lengths import draw_lengths
-from loadgate.load.workload.trace import TraceRequests, Window
+from loadgate.load.workload.timing import Window
+from loadgate.load.workload.trace import TraceRequests
 
 if TYPE_CHECKING:
     import numpy as np
@@ -143,10 +144,10 @@ def check_source(profile: Profile) -> None:
                              "workload.dataset (format trace or mooncake, lines with a timestamp)")
         return
     if not has_trace(profile) and profile.load.schedule == "trace":
-        ds = profile.workload.source
-        open_rows(profile)  # a line that is no JSON at all: its reader names it first
-        raise UsageError(f"{profile.resolve(ds.path)}: load.schedule: trace replays a timed trace: the dataset's lines "
-                         "must be of format trace or mooncake, with a timestamp (ms) each")
+        rows = open_rows(profile)
+        assert rows is not None
+        row_stamps(rows)  # every row needs a timestamp
+        return
     if has_trace(profile):
         ds = profile.workload.source
         assert ds is not None
@@ -182,12 +183,15 @@ class Plan(Sequence[PlannedRequest]):
                 raise ValueError("a dataset's requests are prepared first (loadgate.load.workload.dataset)")
             self.trace = trace_of(profile, pool)
             self.trace.key = key
-        n = len(self.trace) if self.trace is not None and self.trace.order is not None else w.request_count
+        n = (len(self.trace) if self.trace is not None and self.trace.order is not None else
+             len(dataset) if dataset is not None and dataset.offsets_ns is not None else w.request_count)
         self.measured = _Requests(w, n, profile.seed, _MEASURED_SALT, pool, base_dir, key)
         self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir, key)
         self.offsets: list[int] | None = None
         if self.trace is not None and self.trace.order is not None:
             self.offsets = self.trace.offsets_ns
+        elif dataset is not None and dataset.offsets_ns is not None:
+            self.offsets = list(dataset.offsets_ns)
         elif load.rate is not None:
             self.offsets = arrival_offsets_ns(load, n, np.random.default_rng([profile.seed, 1]))
         self.n_warmup = len(self.warm)
@@ -224,6 +228,8 @@ class Plan(Sequence[PlannedRequest]):
 
     def trace_info(self) -> dict[str, Any] | None:
         """A timed trace's replay (meta.json's `trace`, `TraceRequests.info`); None otherwise."""
+        if self.dataset is not None:
+            return self.dataset.trace
         return None if self.trace is None else self.trace.info()
 
     def warmup_requests(self) -> range:

@@ -161,7 +161,8 @@ def test_validate_says_what_a_timed_trace_will_replay(tmp_path, capsys):
 
 
 def _timed(tmp: Path, stamps: list[Any], start: float = 0.0, length: float | None = None) -> Any:
-    from loadgate.load.workload.trace import TraceRequests, Window
+    from loadgate.load.workload.timing import Window
+    from loadgate.load.workload.trace import TraceRequests
 
     path = tmp / "w.jsonl"
     path.write_text("".join(json.dumps({"timestamp": ms, "input_len": 4, "output_len": 2}) + "\n" for ms in stamps))
@@ -186,7 +187,8 @@ def test_timestamps_are_read_only_for_a_timed_replay(tmp_path):
 
     path = tmp_path / "w.jsonl"
     path.write_text(json.dumps({"timestamp": "2024-01-01T00:00:00", "input_len": 4, "output_len": 2}) + "\n")
-    from loadgate.load.workload.trace import TraceRequests, Window
+    from loadgate.load.workload.timing import Window
+    from loadgate.load.workload.trace import TraceRequests
 
     t = TraceRequests(path, 3, 0, np.arange(1, 50))  # sent in file order: the text is not read
     assert len(t) == 3 and t.get(2)["output_len"] == 2
@@ -231,3 +233,27 @@ def test_an_unfinished_run_names_the_requests_it_planned():
     assert _planned({"profile": {"workload": {"requests": None}}, "levels": [1, 2]}) == 200  # unset: 100 a level
     assert _planned({"profile": {"workload": {"requests": 30}}, "levels": [4]}) == 30
     assert _planned({"profile": {"workload": {"requests": None}}, "levels": [1.0], "trace": {"requests": 77}}) == 77
+
+
+def test_a_jsonl_dataset_with_timestamps_is_replayed_at_them(sim, tmp_path, capsys):
+    """Any JSONL kind may carry a timestamp: prompt rows here, sent in time order at their times."""
+    rows = [{"timestamp": ms, "prompt": f"w{k} " * 6, "completion": "w " * 3} for k, ms in
+            enumerate((300, 0, 100, 200, 900))]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = Profile(name="timed", seed=5, target=Target(endpoint=sim.url, api="openai-completions"),
+                workload=Workload(dataset=Dataset(path=str(path))), load=Load(schedule="trace", trace_length_s=0.5),
+                health=LAX_BUDGETS, output=Output(dir=str(tmp_path / "out")), path=str(tmp_path / "p.yaml"))
+    result = loadgate.run(p, unverified=True)
+    recs = sorted(read_records(result.run_dir / "records.jsonl"), key=lambda r: r.i)
+    assert [r.intended_ns - recs[0].intended_ns for r in recs] == [0, 100 * MS, 200 * MS, 300 * MS]  # 900 is out
+    trace = load_json(result.run_dir / "summary.json")["trace"]
+    assert trace["requests"] == 4 and trace["out_of_order"] == 3 and trace["lines"] == 5
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"prompt": "hi"}) + "\n")
+    (tmp_path / "p.yaml").write_text("target:\n  endpoint: http://127.0.0.1:9\nworkload:\n  dataset:\n"
+                                     "    path: bad.jsonl\nload:\n  schedule: trace\n")
+    assert main(["validate", str(tmp_path / "p.yaml")]) == 2
+    assert "bad.jsonl: line 1: no timestamp" in capsys.readouterr().err
+
+
+MS = 1_000_000

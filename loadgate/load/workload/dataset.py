@@ -618,10 +618,14 @@ class DatasetRequest:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A dataset's requests for one run (what meta.json says of them in `meta`)."""
+    """A dataset's requests for one run (what meta.json says of them in `meta`); under `load.schedule:
+    trace`, in time order with their offsets from the window's start (`offsets_ns`) and the replay's
+    facts (`trace`, as `TraceRequests.info` gives them)."""
 
     requests: tuple[DatasetRequest, ...]
     meta: dict[str, Any]
+    offsets_ns: tuple[int, ...] | None = None
+    trace: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -693,13 +697,14 @@ async def prepare(profile: Profile, rows: Rows, counter: Counter | None) -> Prep
     from loadgate.load.workload.lengths import draw_lengths
 
     w, ds = profile.workload, rows.ds
-    n = w.request_count
+    timed = profile.load.schedule == "trace"
+    n = len(rows) if timed else w.request_count  # timed: every row, then the window's
     chat_api = is_chat(profile.target.api)
     rng = np.random.default_rng([profile.seed, 0xDA7A0])
     isl = draw_lengths(w.input_len, n, rng, profile.resolve("."))
     osl = draw_lengths(w.output_len, n, rng, profile.resolve("."))
     shaped = ds.lengths == "profile"
-    order = rows.order(profile.seed)
+    order = np.arange(len(rows), dtype=np.int64) if timed else rows.order(profile.seed)
     taken: list[DatasetRequest] = []
     pos = skipped = 0
     grow = 1
@@ -740,4 +745,42 @@ async def prepare(profile: Profile, rows: Rows, counter: Counter | None) -> Prep
             "prompt_counts": "the tokenizer source" if counted else "none (the server's usage)",
             "filters": ds.filters, "skipped_by_filters": skipped,
             "categories": sorted({r.category for r in reqs if r.category is not None})}
+    if timed:
+        return _timed(profile, rows, taken, meta)
     return Prepared(tuple(reqs), meta)
+
+
+def row_stamps(rows: Rows) -> np.ndarray:
+    """Every row's `timestamp` (ms; NaN where it has none or not a number >= 0), for `load.schedule:
+    trace`: a one-line error naming the first row without one."""
+    import numpy as np
+
+    from loadgate.load.workload.timing import stamp_of
+
+    stamps = np.full(len(rows), np.nan)
+    for k, obj in rows.src.scan():
+        ts = stamp_of(obj)
+        if ts is None:
+            got = obj.get("timestamp") if isinstance(obj, dict) else None
+            raise UsageError(f"{rows.where(k)}: " + ("no timestamp" if got is None else
+                             f"timestamp: expected a number of milliseconds >= 0, got {got!r}")
+                             + ": load.schedule trace sends each request at its timestamp (ms), which every row needs")
+        stamps[k] = ts
+    return stamps
+
+
+def _timed(profile: Profile, rows: Rows, taken: list[DatasetRequest], meta: dict[str, Any]) -> Prepared:
+    """The rows taken, in the order of their timestamps, cut to the profile's window (see
+    `loadgate.load.workload.trace`)."""
+    from loadgate.load.workload.timing import Window, timed_order
+
+    load = profile.load
+    stamps = row_stamps(rows)[[r.row for r in taken]]
+    order, offsets, late = timed_order(stamps, Window(load.trace_start_s, load.trace_length_s, load.trace_speed,
+                                                      profile.workload.requests), rows.path)
+    reqs = tuple(taken[int(j)] for j in order)
+    span = (offsets[-1] - offsets[0]) / 1e9 if offsets else 0.0
+    trace = {"requests": len(reqs), "span_s": span, "mean_rate": (len(reqs) - 1) / span if span > 0 else None,
+             "out_of_order": late, "lines": len(rows), "speed": load.trace_speed,
+             "window_s": [load.trace_start_s, load.trace_length_s], "sharing": None}
+    return Prepared(reqs, {**meta, "distinct_rows": len(reqs)}, tuple(offsets), trace)

@@ -27,8 +27,6 @@ these shapes.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,26 +34,12 @@ import orjson
 
 from loadgate.errors import UsageError
 from loadgate.load.workload.dataset import JsonLines
+from loadgate.load.workload.timing import Window, number, timed_order
 
 if TYPE_CHECKING:
     import numpy as np
 
 _BLOCK_SALT, _TAIL_SALT = 0xB10C, 0x7ACE
-_EDGE_MS = 1e-6  # window edges: a timestamp this close to one is on it
-
-
-@dataclass(frozen=True)
-class Window:
-    """The part of a timed trace a run replays, in trace time (s from the earliest timestamp)."""
-
-    start_s: float = 0.0
-    length_s: float | None = None
-    speed: float = 1.0
-    cap: int | None = None  # at most this many requests (the first in time)
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 class TraceRequests:
@@ -79,7 +63,7 @@ class TraceRequests:
             if "prompt_ids" in obj and self.first_ids_line is None:
                 self.first_ids_line = self._where(k)
             ts: Any = obj.get("timestamp")
-            if _number(ts) and ts >= 0:
+            if number(ts) and ts >= 0:
                 stamps[k] = ts
             elif self.first_untimed is None:  # a problem only for a timed replay (`timed`)
                 self.first_untimed = (f"{self._where(k)}: no timestamp" if ts is None else
@@ -164,30 +148,11 @@ class TraceRequests:
     def timed(self, window: Window) -> None:
         """Replay at the timestamps: every line needs one (else a one-line error naming the first
         without), sorted by time; the window's requests become the requests, at their offsets."""
-        import numpy as np
-
         if self.first_untimed is not None:
             raise UsageError(f"{self.first_untimed}: load.schedule trace sends each request at its timestamp (ms), "
                              "which every line needs")
-        stamps = self.stamps_ms
-        self.out_of_order = int(np.sum(stamps[1:] < np.maximum.accumulate(stamps)[:-1])) if stamps.size > 1 else 0
-        order = np.argsort(stamps, kind="stable")
-        rel = stamps[order] - stamps[order[0]]  # trace time, ms (compared in ms: seconds as floats miss edges)
-        lo = window.start_s * 1e3
-        keep = rel >= lo - _EDGE_MS
-        if window.length_s is not None:
-            keep &= rel < lo + window.length_s * 1e3 - _EDGE_MS
-        order, rel = order[keep], rel[keep]
-        if window.cap is not None:
-            order, rel = order[:window.cap], rel[:window.cap]
-        if not order.size:
-            end = "" if window.length_s is None else f" to {window.start_s + window.length_s:g} s"
-            raise UsageError(f"{self.path}: no request in the window from {window.start_s:g} s{end} of trace time "
-                             f"(the trace spans {float((np.nanmax(stamps) - np.nanmin(stamps)) / 1e3):g} s): see "
-                             "load.trace_start_s and load.trace_length_s")
+        order, self.offsets_ns, self.out_of_order = timed_order(self.stamps_ms, window, self.path)
         self.order = order
-        # from the window's start: a first line 0.3 s into the window is sent 0.3 s into the phase
-        self.offsets_ns = [int(x) for x in np.rint(np.maximum(rel - lo, 0.0) / window.speed * 1e6)]
         self.n = int(order.size)
         self.speed, self.window = window.speed, (window.start_s, window.length_s)
 
