@@ -193,7 +193,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
         "t0_unix_ns": time_ns(), "python": sys.version.split()[0], "host": platform.node(),
         "levels": [x.level for x in lv], "prompt_rounds": [(round_base + k) * (profile.workload.cache == "fresh") for k in range(len(lv))],
         "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
-        "dataset": None if dataset is None else dataset.meta,
+        "dataset": None if dataset is None else dataset.meta, "sessions": plan.sessions_meta(profile),
         "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
         "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure,
         "cpus": {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}, **(extra_meta or {})})

@@ -221,6 +221,8 @@ class LevelSummary:
     invalid: list[str]
     prefix_cache: dict[str, Any] | None = None  # `analysis.specdec.prefix_cache`: the server's cache hits in the window
     groups: dict[str, Any] | None = None  # figures by a record field (`group_figures`), e.g. {"category": ...}
+    conversations: dict[str, Any] | None = None  # `conversation_counts` (v8)
+    cached_tokens: dict[str, Any] | None = None  # `cached_tokens` of the level's requests (v8)
 
     def to_json(self) -> dict[str, Any]:
         """The fields in order, `invalid` last (the order version 2 wrote)."""
@@ -236,13 +238,73 @@ class LevelSummary:
                    None if d.get("goodput") is None else Goodput(**d["goodput"]),
                    Acceptance(acc.get("per_request"), acc.get("counters"), acc.get("reconciliation")),
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
-                   ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"))
+                   ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"),
+                   d.get("conversations"), d.get("cached_tokens"))
 
 
-GROUP_FIELDS = ("category",)
+GROUP_FIELDS = ("category", "turn")
 NO_GROUP = "(none)"  # the group of the records that have no value for the field
-"""Record fields the figures are broken down by (the conversation, capacity and scale-out work adds
-turn, time slice and endpoint)."""
+"""Record fields the figures are broken down by (the capacity and scale-out work adds time slice
+and endpoint)."""
+
+
+def group_value(r: Record, field: str) -> str | None:
+    """The group of `r` by `field`: its category, or its conversation turn as "turn N"."""
+    if field == "turn":
+        return None if r.turn is None else f"turn {r.turn}"
+    v = getattr(r, field)
+    return None if v is None else str(v)
+
+
+def _group_order(v: str) -> tuple[int, int, str]:
+    """Groups in order: turns by number ("turn 10" after "turn 9"), the rest by name."""
+    n = v.removeprefix("turn ")
+    return (0, int(n), "") if n.isdigit() and v.startswith("turn ") else (1, 0, v)
+
+
+def cached_tokens(records: list[Record]) -> dict[str, Any] | None:
+    """The prompt tokens the engine said its prefix cache served, per request that said (succeeded
+    ones): how many said, their mean and total, and the mean prompt length beside it; None when none said."""
+    said = [r for r in records if r.succeeded and r.cached_tokens is not None]
+    if not said:
+        return None
+    prompts = [r.prompt_tokens for r in said if r.prompt_tokens is not None]
+    return {"requests": len(said), "mean": sum(r.cached_tokens or 0 for r in said) / len(said),
+            "total": sum(r.cached_tokens or 0 for r in said),
+            "prompt_tokens_mean": sum(prompts) / len(prompts) if prompts else None}
+
+
+MAX_BROKEN = 20  # conversations listed by name in a level's `conversations.broken`
+
+
+def conversation_counts(records: list[Record]) -> dict[str, Any] | None:
+    """A level's conversations (records with `conversation`): how many began, finished every turn,
+    their turns sent, and the turns not sent (a turn that failed ends its conversation; a stop ends
+    it too), with the first `MAX_BROKEN` conversations that ended early: which turn failed (its
+    error) and which turns were not sent. None without conversations."""
+    convs: dict[int, list[Record]] = {}
+    for r in records:
+        if r.conversation is not None:
+            convs.setdefault(r.conversation, []).append(r)
+    if not convs:
+        return None
+    broken: list[dict[str, Any]] = []
+    not_sent = complete = 0
+    for c in sorted(convs):
+        recs = sorted(convs[c], key=lambda r: r.turn or 0)
+        last = recs[-1]
+        planned = last.turns or len(recs)
+        missing = planned - len(recs)
+        if missing <= 0:
+            complete += 1
+            continue
+        not_sent += missing
+        if len(broken) < MAX_BROKEN:
+            broken.append({"conversation": c, "turn": last.turn, "turns": planned,
+                           "error": None if last.error is None else f"{last.error.kind}: {last.error.detail[:120]}",
+                           "not_sent": [len(recs) + 1, planned]})
+    return {"conversations": len(convs), "complete": complete, "turns_sent": sum(len(v) for v in convs.values()),
+            "not_sent": not_sent, "ended_early": len(convs) - complete, "broken": broken}
 
 
 def group_figures(records: list[Record], window_s: float | None, counters: dict[str, Any] | None,
@@ -255,16 +317,16 @@ def group_figures(records: list[Record], window_s: float | None, counters: dict[
     for name in GROUP_FIELDS:
         parts: dict[str, list[Record]] = {}
         for r in records:  # records without a value: their own group, so the groups cover the level
-            parts.setdefault(getattr(r, name) or NO_GROUP, []).append(r)
+            parts.setdefault(group_value(r, name) or NO_GROUP, []).append(r)
         if set(parts) <= {NO_GROUP}:
             continue
         by: dict[str, Any] = {}
-        for v in sorted(parts):
+        for v in sorted(parts, key=_group_order):
             sub = parts[v]
             s = summarize(sub)
             by[v] = {"requests": s["requests"], "succeeded": s["succeeded"], "failed": s["failed"],
                      "errors": s["errors"], "metrics": {k: m for k, m in s["metrics"].items() if k not in drop}, "throughput": throughput_over(sub, window_s),
-                     "acceptance": {"per_request": from_records(sub)}}
+                     "acceptance": {"per_request": from_records(sub)}, "cached_tokens": cached_tokens(sub)}
         out[name] = {"by": by, "acceptance_adds_up": groups_add_up(by, counters)}
     return out or None
 
@@ -321,7 +383,8 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
     groups = group_figures(records, throughput.window_s, acceptance.counters, drop)
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
-                        sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups)
+                        sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups,
+                        conversation_counts(records), cached_tokens(records))
 
 
 def merge_health(parts: list[HealthPhase], schedule: dict[str, float | None] | None = None) -> ClientHealth:
@@ -359,8 +422,15 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
     return out
 
 
-SUMMARY_VERSION = 7
-"""7: the summary's `request` (the measured requests' settings: `load.request`'s temperature,
+SUMMARY_VERSION = 8
+"""8: each level's `conversations` (`workload.sessions`: conversations begun, complete, turns sent,
+`not_sent` — the turns after a failed one, or after the run stopped — and the first 20 that ended
+early, `broken`: conversation, the last turn sent, its error, the turns not sent) and `cached_tokens`
+(the prompt tokens the engine said its prefix cache served, per request that said: requests, mean,
+total, the mean prompt length beside it; records v8); `groups` gains `turn` (groups "turn 1", "turn 2",
+… of a conversation's turns), and every group its `cached_tokens`. Version 7 files read the same, the
+new fields null.
+7: the summary's `request` (the measured requests' settings: `load.request`'s temperature,
 top_p, top_k, min_p, seed, ignore_eos and stop, and the keys of `target.extra_body` as the profile
 writes them); each level's `token_counts.natural_lengths` (the model chose the output lengths: a
 completion is off the plan only when longer than planned) with `output_lengths` (min, p50, p90,
@@ -431,7 +501,7 @@ class Summary:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Summary:
-        """From a summary.json of version 1 to 7 (`summary_version` kept as the file says)."""
+        """From a summary.json of version 1 to 8 (`summary_version` kept as the file says)."""
         return cls(d["run_id"], d["loadgate"], d["model"], d["api"], d.get("load", "concurrency"),
                    {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
                    d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"),

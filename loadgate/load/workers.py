@@ -34,7 +34,16 @@ from typing import Any
 import loadgate.errors as errors
 from loadgate.config.profile import Profile
 from loadgate.load.exchanges import log_path
-from loadgate.load.executors import NEVER, ClosedLoop, Concurrency, LoadLevel, OpenLoop, Rate, StopFlag
+from loadgate.load.executors import (
+    NEVER,
+    ClosedLoop,
+    Concurrency,
+    LoadLevel,
+    OpenLoop,
+    Rate,
+    SessionLoop,
+    StopFlag,
+)
 from loadgate.load.health import HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
@@ -71,6 +80,8 @@ def prebuild(target: LiveTarget, plan: Plan, indices: Iterable[int], budget: int
     out: dict[int, bytes] = {}
     used = 0
     for k in indices:
+        if not plan.static(k):  # a later turn of a conversation's actual history: built when it is sent
+            continue
         b = body_for(target, plan[k])
         used += len(b)
         if used > budget or len(out) >= count:
@@ -102,7 +113,12 @@ async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorde
     gc.disable()
     failed: BaseException | None = None
     try:
-        if isinstance(phase.loop, Rate):
+        if plan.conversations and not phase.warmup:
+            assert isinstance(phase.loop, Concurrency), "conversations run in a closed loop (the profile says so)"
+            sessions = target.spec.sessions_header
+            await SessionLoop(phase.loop.n, sessions, None, stop, stop_flag).run(
+                target, plan, plan.conversations, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
+        elif isinstance(phase.loop, Rate):
             await OpenLoop(phase.loop.per_s, start_ns or perf_counter_ns(), phase.loop.max_in_flight, stop,
                            stop_flag).run(target, (plan[k] for k in phase.indices if mine(k)), recorder,
                                           run_tag=phase.run_tag, t0_ns=phase.t0_ns)

@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from loadgate.analysis.summary import LevelSummary, Summary, build_summary
+from loadgate.analysis.summary import GROUP_FIELDS, LevelSummary, Summary, build_summary
 from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
@@ -185,7 +185,7 @@ def _page(title: str, body: str) -> str:
 def _tables(summary: Summary, *, side_by_side: bool = False) -> str:
     """Each level's facts and metric table; levels side by side (wrapping) when asked."""
     load = summary.load
-    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s)}{level_table_html(s)}{group_table_html(s)}</div>"
+    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s)}{level_table_html(s)}{''.join(group_table_html(s, f) for f in GROUP_FIELDS)}</div>"
               for lv, s in summary.levels.items()]
     return f'<div class="cols">{"".join(blocks)}</div>' if side_by_side else "".join(blocks)
 
