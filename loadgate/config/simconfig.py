@@ -120,6 +120,9 @@ class SimConfig:
         False, "OpenAI routes: usage carries prompt_tokens_details.cached_tokens (the prompt tokens the prefix "
         "cache served), as vLLM's --enable-prompt-tokens-details does; SGLang's meta_info.cached_tokens is "
         "always sent")
+    truth_prompts: bool = knob(
+        False, "the truth log keeps each request's prompt keys as sent (prompt, messages, input_ids, text), for "
+        "tests of what a conversation's turns carry")
     session_header: str = knob(
         "x-session-id", "request header whose value the truth log keeps as each request's `session`")
     reasoning_tokens: int = knob(

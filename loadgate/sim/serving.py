@@ -166,6 +166,8 @@ async def handle_generation(request: web.Request, state: SimState,
     rec.session = request.headers.get(state.cfg.session_header) if state.cfg.session_header else None
     rec.body_hash = hashlib.blake2b(await request.read(), digest_size=16).hexdigest()  # read() keeps the body
     rec.params = {k: v for k, v in body.items() if k not in PROMPT_KEYS}
+    if state.cfg.truth_prompts:
+        rec.prompt = {k: v for k, v in body.items() if k in PROMPT_KEYS and k != "tools"}
     plan = plan_faults(state.cfg.faults, state.cfg.seed, index, job.stream)
     rec.faults = plan.names
     headers = {"x-request-id": rid}

@@ -24,6 +24,8 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
   reasoning_tokens   of completion_tokens, those streamed as reasoning (`target.sim.reasoning_tokens`)
   session            the value of the request's session header (`session_header`, default
                      x-session-id), None without one
+  prompt             with `truth_prompts`: the body's prompt keys as sent (prompt, messages,
+                     input_ids, text); None without
   body_hash          blake2b (16 bytes, hex) of the request body's bytes as received
   cached_tokens      prompt tokens the prefix cache served (0 with the cache off)
   chunks             one `ChunkTruth` per SSE event written (or one for a whole non-stream body):
@@ -88,6 +90,7 @@ class RequestTruth:
     params: dict[str, Any] = field(default_factory=dict)
     reasoning_tokens: int = 0
     session: str | None = None
+    prompt: dict[str, Any] | None = None
     body_hash: str = ""
     cached_tokens: int = 0
     _send_ns: list[int] = field(default_factory=list)
