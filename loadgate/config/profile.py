@@ -286,9 +286,7 @@ class Sessions:
     def check(self) -> list[tuple[str, str]]:
         if self.header and not all(c.isalnum() or c in "-_" for c in self.header):
             return [("header", f"an HTTP header name (letters, digits, - and _), got {self.header!r}")]
-        if isinstance(self.think_time, ThinkTime):
-            return [(f"think_time.{k}", why) for k, why in self.think_time.check()]
-        if self.think_time < 0:
+        if not isinstance(self.think_time, ThinkTime) and self.think_time < 0:  # a ThinkTime checks itself
             return [("think_time", f"expected a number >= 0, got {self.think_time:g}")]
         return []
 

@@ -195,7 +195,7 @@ class SessionLoop:
                 LOOP_TURNS.touch()
                 if turn == conv.turns:
                     return
-                reply = reply_of(t, raw, need_ids=actual and not t.adapter.chat and t.spec.pool_text is None)
+                reply = reply_of(t, raw, ids=not t.adapter.chat and t.spec.pool_text is None)
                 if reply is None:
                     return  # failed: the later turns are not sent
                 replies.append(reply if actual else recorded[turn - 1])
@@ -209,11 +209,13 @@ class SessionLoop:
         await asyncio.gather(*(slot() for _ in range(self.concurrency)))
 
 
-def reply_of(t: LiveTarget, raw: Raw, need_ids: bool) -> Part | None:
-    """A finished turn's reply (its text and output ids), decoded at the turn's end, not in the receive
-    loop's reads (the exchange log already holds the bytes); None when the turn failed, or when the
-    next turn needs the reply's ids (a completions API sending ids) and the engine gave none."""
+def reply_of(t: LiveTarget, raw: Raw, ids: bool) -> Part | None:
+    """A finished turn's reply, decoded at the turn's end, not in the receive loop's reads (the exchange
+    log already holds the bytes): its output ids where the next turn sends ids (`ids`: a completions API
+    that takes them), else its text (a chat API, or a text-only one: the ids of a reply need not be among
+    the pool's, whose text is known). None when the turn failed, or when the next turn needs the reply's
+    ids and the engine gave none."""
     d = decode(t.adapter, t.spec.stream, raw, t.spec.max_event_bytes)
-    if d.error is not None or (need_ids and d.output_ids is None):
+    if d.error is not None or (ids and d.output_ids is None):
         return None
-    return Part(None if d.output_ids is None else tuple(d.output_ids), d.text)
+    return Part(tuple(d.output_ids or ()), None) if ids else Part(None, d.text)

@@ -19,7 +19,7 @@ from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
 from loadgate.report import plots
-from loadgate.report.table import fmt
+from loadgate.report.table import conversation_lines, fmt
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 1.5em auto;
@@ -104,6 +104,7 @@ def _level_facts(s: LevelSummary) -> str:
     pr = s.acceptance.per_request
     if pr and pr.get("acceptance_length") is not None:
         items.append(f"acceptance length {fmt(pr['acceptance_length'], 3)} ({escape(str(pr.get('source')))})")
+    items += [escape(line) for line in conversation_lines(s)]
     for msg in s.invalid:
         items.append(f'<span class="bad">INVALID: {escape(msg)}</span>')
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"

@@ -4,6 +4,7 @@ tokens per turn; a conversation that fails mid-way; an A/B sending identical bod
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,24 @@ def test_a_chat_conversation_from_a_sharegpt_file_carries_the_engine_replies_as_
         assert pairs[0][0].prompt_tokens < pairs[1][0].prompt_tokens < pairs[2][0].prompt_tokens
 
 
+def test_a_text_only_completions_api_gets_the_history_as_text_with_the_engine_replies(tmp_path):
+    """No /tokenize (prompts go as text): a turn's prompt is the turn before's, then the reply's text as the
+    engine streamed it (its ids need not be among the pool's, whose text is known), then the new turn."""
+    with SimProcess(SimConfig(vocab_size=VOCAB, decode_step_us=200.0, tokenize=False, truth_prompts=True),
+                    startup_timeout=60) as s:
+        p = profile(s.url, tmp_path, requests=2, think=0.0)
+        p = dataclasses.replace(p, workload=dataclasses.replace(p.workload, tokenizer="none"))
+        result, recs, truth = run(s, p)
+    tok = Tokenizer(VOCAB)
+    for pairs in by_conversation(result, recs, truth).values():
+        assert [r.error for r, _ in pairs] == [None] * 3
+        texts = [t["prompt"]["prompt"] for _, t in pairs]
+        assert all(isinstance(x, str) for x in texts)
+        for k in (1, 2):
+            assert texts[k].startswith(texts[k - 1] + tok.decode(output_ids(pairs[k - 1][1])))
+            assert len(texts[k]) > len(texts[k - 1]) + 20
+
+
 def test_history_recorded_sends_the_dataset_replies(sim, tmp_path):
     rows = [{"messages": [{"role": "user", "content": "one"}, {"role": "assistant", "content": "recorded reply"},
                           {"role": "user", "content": "two"}]}]
@@ -168,6 +187,9 @@ def test_a_conversation_whose_second_turn_fails_keeps_its_first_and_sends_none_a
     out = capsys.readouterr().out
     assert f"conversation {c}: turn 2 failed (http_status: HTTP 500" in out and "turns 3–3 not sent" in out
     assert f"{36 - len(recs)} not sent" in out
+    assert main(["report", "--html", str(result.run_dir)]) in (11, 30)
+    html = next(result.run_dir.glob("*.html")).read_text()
+    assert f"conversation {c}: turn 2 failed" in html and "By turn" in html
 
 
 def test_an_ab_of_conversations_sends_byte_identical_bodies_to_both_sides(tmp_path):

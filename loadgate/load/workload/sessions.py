@@ -280,9 +280,10 @@ def as_messages(system: tuple[dict[str, Any], ...], parts: tuple[Part, ...],
 
 
 def as_text(system: tuple[dict[str, Any], ...], parts: tuple[Part, ...], pool_text: dict[int, str] | None) -> str:
-    """A completions API's text prompt: drawn ids' text end to end, a dataset's turns one paragraph each."""
+    """A completions API's text prompt: a synthetic conversation's text end to end (its ids' pool text, the
+    engine's replies as they came), a dataset's turns one paragraph each."""
     texts = [str(m["content"]) for m in system] + [text_of(p, pool_text) for p in parts]
-    sep = "" if all(p.text is None for p in parts) else "\n\n"
+    sep = "" if parts and parts[0].ids is not None else "\n\n"  # drawn turns: their ids' text end to end
     return sep.join(texts)
 
 
