@@ -179,7 +179,7 @@ def test_the_bundled_profile_passes_the_gate_with_figures_that_are_each_category
     run_dir = tmp_path / "out" / "r"
     recs = list(read_records(run_dir / "records.jsonl"))
     summary = load_json(run_dir / "summary.json")
-    assert summary["summary_version"] == 7 and summary["dataset"]["distinct_rows"] == 64
+    assert summary["summary_version"] == 8 and summary["dataset"]["distinct_rows"] == 64
     g = summary["levels"]["8"]["groups"]["category"]
     assert sorted(g["by"]) == sorted({r["category"] for r in ROWS}) and all(v["requests"] == 8 for v in g["by"].values())
     for cat, f in g["by"].items():
