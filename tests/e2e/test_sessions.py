@@ -102,6 +102,15 @@ def test_each_turn_sends_the_history_with_the_engine_replies_the_session_header_
     assert list(summary["levels"]["2"]["groups"]["turn"]["by"]) == ["turn 1", "turn 2", "turn 3"]
 
 
+def test_sglang_native_route_turns_carry_the_replies_and_meta_info_cached_tokens(sim, tmp_path):
+    result, recs, truth = run(sim, profile(sim.url, tmp_path, api="sglang", requests=2, think=0.0))
+    for pairs in by_conversation(result, recs, truth).values():
+        ids = [t["prompt"]["input_ids"] for _, t in pairs]
+        for k in (1, 2):
+            assert ids[k][:len(ids[k - 1]) + 20] == ids[k - 1] + output_ids(pairs[k - 1][1])
+        assert [r.cached_tokens for r, _ in pairs] == [t["cached_tokens"] for _, t in pairs] == [0, 32, 96]
+
+
 def test_a_chat_conversation_from_a_sharegpt_file_carries_the_engine_replies_as_assistant_turns(sim, tmp_path):
     rows = [{"conversations": [{"from": "system", "value": "Be brief."},
                                {"from": "human", "value": f"Question {k} about the sea."},

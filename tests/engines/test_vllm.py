@@ -384,8 +384,23 @@ def test_vllm_conversation_turns_carry_the_replies_and_meet_more_of_the_prefix_c
     assert main(["report", str(got["run"])]) == 11
     out = capsys.readouterr().out
     assert "cached prompt tokens per request by turn" in out and "conversations: 4 begun, 4 with every turn sent" in out
+    # the chat API: messages of the earlier turns and vLLM's own replies as assistant turns, counted by vLLM
+    doc = yaml.safe_load((tmp_path / "conv.yaml").read_text())
+    doc["target"]["api"], doc["output"]["run_id"], doc["name"] = "openai-chat", "conv-chat", "conv-chat"
+    (tmp_path / "conv-chat.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["run", "-q", "--unverified", str(tmp_path / "conv-chat.yaml")]) == 11
+    chat = [json.loads(line) for line in (tmp_path / "out" / "conv-chat" / "records.jsonl").read_text().splitlines()]
+    assert len(chat) == 12 and all(r["error"] is None and r["cached_tokens"] is not None for r in chat)
+    per_turn = {t: sorted(r["prompt_tokens"] for r in chat if r["turn"] == t) for t in (1, 2, 3)}
+    # each turn's prompt holds the one before it and a 48-token reply (and the template's few tokens)
+    assert all(b + 48 + 150 < c for t in (1, 2) for b, c in zip(per_turn[t], per_turn[t + 1], strict=True)), per_turn
+    chat_cached = [sum(r["cached_tokens"] for r in chat if r["turn"] == t) / 4 for t in (1, 2, 3)]
+    assert chat_cached[0] == 0 < chat_cached[1] < chat_cached[2], chat_cached
+    capsys.readouterr()
     note(engine_logs, test="conversations", cached_tokens_mean_by_turn=cached,
-         prompt_tokens_by_turn=[by_turn[f"turn {t}"]["cached_tokens"]["prompt_tokens_mean"] for t in (1, 2, 3)])
+         prompt_tokens_by_turn=[by_turn[f"turn {t}"]["cached_tokens"]["prompt_tokens_mean"] for t in (1, 2, 3)],
+         chat_cached_tokens_mean_by_turn=chat_cached,
+         chat_prompt_tokens_by_turn={t: sum(v) / len(v) for t, v in per_turn.items()})
 
 
 def test_vllm_ngram_acceptance_is_higher_on_prompts_that_hold_their_own_continuation(servers, tmp_path, engine_logs,

@@ -141,3 +141,16 @@ def test_a_v8_record_keeps_its_conversation_and_a_wrong_type_is_refused(tmp_path
     path.write_bytes(r.to_json().replace(b'"turn":1', b'"turn":"1"'))
     with pytest.raises(UsageError, match="wrong type for turn"):
         list(read_records(path))
+
+
+def test_a_conversation_the_run_stopped_is_reported_as_stopped_not_failed():
+    from loadgate.analysis.summary import LevelSummary
+    from loadgate.report.table import conversation_lines
+
+    recs = [make_record(i=0, conversation=0, turn=1, turns=3), make_record(i=1, conversation=1, turn=1, turns=1)]
+    c = conversation_counts(recs)
+    assert c is not None and c["not_sent"] == 2 and c["complete"] == 1
+    s = LevelSummary.__new__(LevelSummary)
+    object.__setattr__(s, "conversations", c)
+    assert conversation_lines(s) == ["conversations: 2 begun, 1 with every turn sent, 2 turns sent, 2 not sent",
+                                     "conversation 0: the run stopped after turn 1, turns 2–3 not sent"]
