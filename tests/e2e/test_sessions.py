@@ -90,6 +90,9 @@ def test_each_turn_sends_the_history_with_the_engine_replies_the_session_header_
                 pause = (t["arrival_ns"] - t_before["end_ns"]) / 1e9
                 assert THINK <= pause < THINK + 0.1, pause
     assert len(sessions) == 4
+    # a closed loop of conversations: at most load.concurrency (2) of them in flight at any moment
+    spans = [(pairs[0][1]["arrival_ns"], pairs[-1][1]["end_ns"]) for pairs in convs.values()]
+    assert max(sum(a <= t < b for a, b in spans) for t, _ in spans) == 2
     cached = {k: [r.cached_tokens for pairs in convs.values() for r, _ in pairs if r.turn == k] for k in (1, 2, 3)}
     assert cached[1] == [0] * 4 and all(0 < c for c in cached[2]) and all(b < c for b, c in zip(cached[2], cached[3], strict=True))
     assert main(["report", str(result.run_dir)]) == 11
@@ -160,7 +163,8 @@ def test_history_recorded_sends_the_dataset_replies(sim, tmp_path):
     path = tmp_path / "chat.jsonl"
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     result, recs, truth = run(sim, profile(sim.url, tmp_path, api="openai-chat", requests=2, think=0.0,
-                                           dataset=path, history="recorded"))
+                                           dataset=path, history="recorded", header=""))
+    assert {t["session"] for t in truth.values()} == {None}  # header "": none sent
     for pairs in by_conversation(result, recs, truth).values():
         assert pairs[1][1]["prompt"]["messages"] == [{"role": "user", "content": "one"},
                                                      {"role": "assistant", "content": "recorded reply"},
