@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadgate.analysis.summary import conversation_counts
+from loadgate.analysis.conversations import conversation_counts
 from loadgate.config.profile import (
     AB,
     Dataset,
