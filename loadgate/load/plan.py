@@ -29,6 +29,7 @@ from loadgate.load.workload.dataset import JsonLines, has_trace, open_rows
 from loadgate.load.workload.lengths import draw_lengths
 from loadgate.load.workload.sessions import (
     Conversation,
+    Conversations,
     Part,
     all_ids,
     check_conversations,
@@ -271,14 +272,13 @@ class Plan(Sequence[PlannedRequest]):
         self.measured = _Requests(w, w.requests, profile.seed, _MEASURED_SALT, pool, base_dir, key)
         self.trace: _TraceRequests | None = None
         self.dataset = dataset  # a dataset's requests: the same in every round (its own text)
-        self.conversations: list[Conversation] = []  # workload.sessions: the measured conversations
+        self.conversations: Conversations = Conversations([])  # workload.sessions: the measured conversations
         self.history = profile.history
         self.chat = is_chat(profile.target.api)
         self.n_measured = len(self.measured)
         if w.sessions is not None:
             self.conversations = conversations(profile, pool, key)
-            self._firsts = [c.first for c in self.conversations]
-            self.n_measured = sum(c.turns for c in self.conversations)
+            self.n_measured = self.conversations.n_turns
         elif dataset is None and w.source is not None:
             if not has_trace(profile):
                 raise ValueError("a dataset's requests are prepared first (loadgate.load.workload.dataset)")
@@ -297,14 +297,7 @@ class Plan(Sequence[PlannedRequest]):
         """Request i's body is known before the phase (not a later turn of an `actual` history)."""
         if not self.conversations or i < self.n_warmup or self.history != "actual":
             return True
-        return self._conversation(i - self.n_warmup)[1] == 1
-
-    def _conversation(self, k: int) -> tuple[Conversation, int]:
-        """The conversation of measured request k and its turn (1-based)."""
-        import bisect
-
-        conv = self.conversations[bisect.bisect_right(self._firsts, k) - 1]
-        return conv, k - conv.first + 1
+        return self.conversations.locate(i - self.n_warmup)[1] == 1
 
     def turn(self, conv: Conversation, turn: int, replies: list[Part]) -> PlannedRequest:
         """Turn `turn` (1-based) of `conv` after `replies` (the replies to the turns before it):
@@ -350,7 +343,7 @@ class Plan(Sequence[PlannedRequest]):
             return PlannedRequest(i, True, self.warm.prompt(i), int(self.warm.osl[i]))
         k = i - self.n_warmup
         if self.conversations:
-            conv, turn = self._conversation(k)
+            conv, turn = self.conversations.locate(k)
             return self.turn(conv, turn, self.recorded(conv))
         off = None if self.offsets is None else self.offsets[k]
         if self.dataset is not None:

@@ -22,6 +22,7 @@ the file and the row (a JSONL file's line), exit 2.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -99,27 +100,71 @@ def think_times(t: float | ThinkTime, n: int, rng: np.random.Generator) -> list[
     return [float(x) for x in rng.exponential(t.mean or 0.0, size=n)]
 
 
-def synthetic(profile: Profile, pool: np.ndarray, key: tuple[int, ...]) -> list[Conversation]:
-    """`workload.requests` conversations of `sessions.turns` turns of drawn token ids."""
-    import numpy as np
+class Conversations:
+    """A plan's conversations, in order: `locate(k)` is measured request k's conversation and turn."""
 
-    w = profile.workload
-    assert w.sessions is not None
-    n, turns = w.requests, w.sessions.turns
-    rng = np.random.default_rng([profile.seed, _SESSION_SALT])
-    isl = draw_lengths(w.input_len, n * turns, rng, profile.resolve("."))
-    osl = draw_lengths(w.output_len, n * turns, rng, profile.resolve("."))
-    out = []
-    for c in range(n):
+    def __init__(self, convs: list[Conversation]) -> None:
+        self._convs = convs
+        self._firsts = [c.first for c in convs]
+        self.n_turns = sum(c.turns for c in convs)
+
+    def __len__(self) -> int:
+        return len(self._convs)
+
+    def __getitem__(self, c: int) -> Conversation:
+        return self._convs[c]
+
+    def __iter__(self) -> Iterator[Conversation]:
+        return (self[c] for c in range(len(self)))
+
+    def locate(self, k: int) -> tuple[Conversation, int]:
+        """The conversation of measured request k and its turn (1-based)."""
+        import bisect
+
+        conv = self[bisect.bisect_right(self._firsts, k) - 1]
+        return conv, k - conv.first + 1
+
+
+class Synthetic(Conversations):
+    """`workload.requests` conversations of `sessions.turns` turns of drawn token ids, each made when
+    asked for (lengths drawn up front; conversation c's ids from its own RNG stream per turn), so memory
+    stays flat however many there are, and c is the same whoever asks."""
+
+    def __init__(self, profile: Profile, pool: np.ndarray, key: tuple[int, ...]) -> None:
+        import numpy as np
+
+        w = profile.workload
+        assert w.sessions is not None
+        self.profile, self.pool, self.key = profile, pool, key
+        self.n, self.turns = w.requests, w.sessions.turns
+        rng = np.random.default_rng([profile.seed, _SESSION_SALT])
+        self.isl = draw_lengths(w.input_len, self.n * self.turns, rng, profile.resolve("."))
+        self.osl = draw_lengths(w.output_len, self.n * self.turns, rng, profile.resolve("."))
+        self.n_turns = self.n * self.turns
+        self._last: Conversation | None = None  # the one asked for last (its turns are asked for in a row)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, c: int) -> Conversation:
+        import numpy as np
+
+        if not 0 <= c < self.n:
+            raise IndexError(c)
+        if self._last is not None and self._last.index == c:
+            return self._last
+        p, turns = self.profile, self.turns
         users, replies = [], []
         for t in range(turns):
-            r = np.random.default_rng([profile.seed, _SESSION_SALT, *key, c, t])
-            users.append(Part(tuple(r.choice(pool, size=int(isl[c * turns + t])).tolist())))
-            replies.append(Part(tuple(r.choice(pool, size=int(osl[c * turns + t])).tolist())))
-        out.append(Conversation(c, c * turns, session_id(profile.seed, key, c), tuple(users), tuple(replies),
-                                tuple(int(x) for x in osl[c * turns:(c + 1) * turns]),
-                                _pauses(profile, c, turns)))
-    return out
+            r = np.random.default_rng([p.seed, _SESSION_SALT, *self.key, c, t])
+            users.append(Part(tuple(r.choice(self.pool, size=int(self.isl[c * turns + t])).tolist())))
+            replies.append(Part(tuple(r.choice(self.pool, size=int(self.osl[c * turns + t])).tolist())))
+        self._last = Conversation(c, c * turns, session_id(p.seed, self.key, c), tuple(users), tuple(replies),
+                                  tuple(int(x) for x in self.osl[c * turns:(c + 1) * turns]), _pauses(p, c, turns))
+        return self._last
+
+    def locate(self, k: int) -> tuple[Conversation, int]:
+        return self[k // self.turns], k % self.turns + 1
 
 
 def _pauses(profile: Profile, c: int, turns: int) -> tuple[float, ...]:
@@ -237,11 +282,11 @@ def _messages(msgs: Any, where: str, category: str | None) -> Turns:
     return Turns(tuple(system), tuple(users), tuple(replies), category)
 
 
-def conversations(profile: Profile, pool: np.ndarray, key: tuple[int, ...]) -> list[Conversation]:
+def conversations(profile: Profile, pool: np.ndarray, key: tuple[int, ...]) -> Conversations:
     """The plan's conversations: from the dataset, or synthetic."""
     if profile.workload.dataset is not None:
-        return from_dataset(profile, key)
-    return synthetic(profile, pool, key)
+        return Conversations(from_dataset(profile, key))
+    return Synthetic(profile, pool, key)
 
 
 # --- what a turn sends ---------------------------------------------------------------------------
