@@ -266,7 +266,8 @@ class ThinkTime:
 @dataclass(frozen=True)
 class Sessions:
     """Multi-turn conversations (docs/workloads.md#conversations): each turn sends the whole history
-    (the earlier user turns and replies) and a new user turn; `workload.requests` counts conversations."""
+    (the earlier user turns and replies) and a new user turn; `workload.requests` counts conversations,
+    `load.concurrency` those in flight (closed loop) or `load.rate` those started a second (open loop)."""
 
     turns: int = knob(3, "synthetic conversations (no dataset): turns in each; each user turn is "
                       "workload.input_len tokens, each reply workload.output_len (a dataset's conversations "
@@ -311,7 +312,7 @@ class Workload:
     shared_prefix: SharedPrefix | None = knob(None, "give prompts a shared prefix, in groups")
     sessions: Sessions | None = knob(
         None, "multi-turn conversations (docs/workloads.md#conversations): `requests` then counts conversations, "
-        "`load.concurrency` conversations in flight")
+        "`load.concurrency` conversations in flight (or `load.rate` conversations started a second)")
     cache: Literal["fresh", "warm"] = knob(
         "fresh", "prefix-cache state between load levels and A/B pairs: 'fresh' gives each level and "
         "each pair its own prompts (same lengths, other token ids; both sides of a pair alike; declared "

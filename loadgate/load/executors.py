@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
-from loadgate.load.plan import Plan, PlannedRequest
+from loadgate.load.plan import PlannedRequest
 from loadgate.load.recorder import Recorder
-from loadgate.load.target import LiveTarget, Raw, body_for, decode, fetch
+from loadgate.load.target import LiveTarget, body_for, fetch
 from loadgate.load.turns import LOOP_TURNS
-from loadgate.load.workload.sessions import Conversation, Part
 
 
 class StopFlag:
@@ -152,70 +151,3 @@ class OpenLoop:
             task.add_done_callback(tasks.discard)
         if tasks:
             await asyncio.gather(*tasks)
-
-
-@dataclass(frozen=True)
-class SessionLoop:
-    """Conversations in a closed loop: `concurrency` slots, each running one conversation turn after
-    turn (a turn starts when the reply before it has ended and its think time passed), then taking the
-    next conversation. A turn that fails ends its conversation: its record keeps the error, and the
-    turns after it are not sent (they have no record; the summary counts them from `turns`)."""
-
-    concurrency: int
-    header: str  # the session header's name ("": none)
-    level: int | None = None
-    stop_at_ns: int | None = None
-    stop: StopFlag = NEVER
-
-    def _stopping(self) -> bool:
-        return (self.stop_at_ns is not None and perf_counter_ns() >= self.stop_at_ns) or self.stop.is_set()
-
-    async def run(self, t: LiveTarget, plan: Plan, convs: Iterable[Conversation], recorder: Recorder, *,
-                  run_tag: str, t0_ns: int) -> None:
-        it: Iterator[Conversation] = iter(convs)
-        level = self.level or self.concurrency
-        actual = plan.history == "actual"
-
-        async def one(conv: Conversation) -> None:
-            headers = {self.header: conv.session_id} if self.header else None
-            recorded = plan.recorded(conv)
-            replies: list[Part] = []
-            for turn in range(1, conv.turns + 1):
-                pause = conv.think_s[turn - 1]
-                if pause > 0:
-                    await sleep_until(perf_counter_ns() + int(pause * 1e9), self.stop)
-                ready = perf_counter_ns()
-                if self._stopping():
-                    return
-                i = plan.n_warmup + conv.first + turn - 1
-                req = plan.turn(conv, turn, replies) if actual and turn > 1 else plan[i]
-                body = t.bodies.pop(i, None) or body_for(t, req)
-                raw = await fetch(t, body, f"{run_tag}-{i}", headers)
-                recorder.submit(req, raw, t0_ns=t0_ns, level=level, ready_ns=ready, intended_ns=None)
-                LOOP_TURNS.touch()
-                if turn == conv.turns:
-                    return
-                reply = reply_of(t, raw, ids=not t.adapter.chat and t.spec.pool_text is None)
-                if reply is None:
-                    return  # failed: the later turns are not sent
-                replies.append(reply if actual else recorded[turn - 1])
-
-        async def slot() -> None:
-            for conv in it:
-                if self._stopping():
-                    return
-                await one(conv)
-
-        await asyncio.gather(*(slot() for _ in range(self.concurrency)))
-
-
-def reply_of(t: LiveTarget, raw: Raw, ids: bool) -> Part | None:
-    """A finished turn's reply, decoded at the turn's end, not in the receive loop's reads (the exchange
-    log already holds the bytes): its output ids where the next turn sends ids (`ids`: a completions API
-    that takes them), else its text (a chat API, or a text-only one: the ids of a reply need not be among
-    the pool's, whose text is known). None when the turn failed, or when the next turn needs the reply's
-    ids and the engine gave none."""
-    d = decode(t.adapter, t.spec.stream, raw, t.spec.max_event_bytes)
-    if d.error is not None or (ids and d.output_ids is None):
-        return None
-    return Part(tuple(d.output_ids or ()), None) if ids else Part(None, d.text)

@@ -34,19 +34,11 @@ from typing import Any
 import loadgate.errors as errors
 from loadgate.config.profile import Profile
 from loadgate.load.exchanges import log_path
-from loadgate.load.executors import (
-    NEVER,
-    ClosedLoop,
-    Concurrency,
-    LoadLevel,
-    OpenLoop,
-    Rate,
-    SessionLoop,
-    StopFlag,
-)
+from loadgate.load.executors import NEVER, ClosedLoop, Concurrency, LoadLevel, OpenLoop, Rate, StopFlag
 from loadgate.load.health import HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
+from loadgate.load.session_loops import SessionArrivals, SessionLoop
 from loadgate.load.target import LiveTarget, TargetSpec, body_for
 from loadgate.load.turns import LOOP_TURNS
 from loadgate.load.workload.dataset import Prepared
@@ -113,11 +105,16 @@ async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorde
     gc.disable()
     failed: BaseException | None = None
     try:
-        if plan.conversations and not phase.warmup:
-            assert isinstance(phase.loop, Concurrency), "conversations run in a closed loop (the profile says so)"
-            sessions = target.spec.sessions_header
-            await SessionLoop(phase.loop.n, sessions, None, stop, stop_flag).run(
-                target, plan, plan.conversations, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
+        if plan.conversations and not phase.warmup:  # conversations: turn after turn (load.session_loops)
+            header = target.spec.sessions_header
+            if isinstance(phase.loop, Rate):
+                assert plan.offsets is not None
+                await SessionArrivals(phase.loop.per_s, start_ns or perf_counter_ns(), plan.offsets, header,
+                                      phase.loop.max_in_flight, stop, stop_flag).run(
+                    target, plan, plan.conversations, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
+            else:
+                await SessionLoop(phase.loop.n, header, None, stop, stop_flag).run(
+                    target, plan, plan.conversations, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
         elif isinstance(phase.loop, Rate):
             await OpenLoop(phase.loop.per_s, start_ns or perf_counter_ns(), phase.loop.max_in_flight, stop,
                            stop_flag).run(target, (plan[k] for k in phase.indices if mine(k)), recorder,

@@ -114,6 +114,34 @@ def test_sglang_native_route_turns_carry_the_replies_and_meta_info_cached_tokens
         assert [r.cached_tokens for r, _ in pairs] == [t["cached_tokens"] for _, t in pairs] == [0, 32, 96]
 
 
+@pytest.mark.parametrize("cap", [None, 1])
+def test_conversations_arrive_on_an_open_loop_schedule_turn_1_timed_from_its_intended_start(sim, tmp_path, cap):
+    """load.rate 8/s, constant: conversation c's first turn arrives c / 8 s after the first (latency from
+    its intended start); later turns follow their replies. At 200/s, conversations would overlap (each
+    lasts longer than 5 ms): max_in_flight: 1 keeps one at a time (each then waits for the one before:
+    that wait is in its turn 1's latency)."""
+    rate = 8.0 if cap is None else 200.0
+    p = profile(sim.url, tmp_path, requests=6, turns=2, think=0.0)
+    p = dataclasses.replace(p, load=Load(rate=rate, arrival="constant", max_in_flight=cap))
+    result, recs, truth = run(sim, p)
+    assert result.exit_code in (11, 30), result
+    convs = by_conversation(result, recs, truth)
+    assert sorted(convs) == list(range(6)) and all(len(v) == 2 for v in convs.values())
+    firsts = [convs[c][0] for c in range(6)]
+    assert [r.intended_ns is not None for r, _ in firsts] == [True] * 6
+    assert all(pairs[1][0].intended_ns is None for pairs in convs.values())
+    intended = [r.intended_ns for r, _ in firsts]
+    assert [round((b - a) / 1e6) for a, b in zip(intended, intended[1:], strict=False)] == [round(1e3 / rate)] * 5
+    spans = [(pairs[0][1]["arrival_ns"], pairs[-1][1]["end_ns"]) for pairs in convs.values()]
+    if cap is None:
+        arrivals = [t["arrival_ns"] for _, t in firsts]
+        assert all(abs((b - a) / 1e6 - 125) < 15 for a, b in zip(arrivals, arrivals[1:], strict=False)), arrivals
+    else:
+        assert max(sum(a <= t < b for a, b in spans) for t, _ in spans) == 1
+    lv = load_json(result.run_dir / "summary.json")["levels"][str(rate)]
+    assert lv["client_health"]["schedule_lag_ms"]["p99"] is not None and lv["conversations"]["not_sent"] == 0
+
+
 def test_a_chat_conversation_from_a_sharegpt_file_carries_the_engine_replies_as_assistant_turns(sim, tmp_path):
     rows = [{"conversations": [{"from": "system", "value": "Be brief."},
                                {"from": "human", "value": f"Question {k} about the sea."},
@@ -276,10 +304,7 @@ def test_an_ab_with_history_actual_is_refused_in_one_line(tmp_path, capsys):
     assert "workload.sessions.history: an A/B sends identical bodies to both sides" in line and str(p) in line
 
 
-def test_conversations_in_an_open_loop_or_several_workers_are_refused_in_one_line(tmp_path, capsys):
-    p = write(tmp_path, {"load": {"rate": 2.0, "concurrency": None}})
-    assert main(["validate", str(p)]) == 2
-    assert "load.rate: conversations run in a closed loop" in one_line(capsys)
+def test_conversations_in_several_workers_are_refused_in_one_line(tmp_path, capsys):
     p = write(tmp_path, {"load": {"concurrency": 2, "workers": 2}})
     assert main(["validate", str(p)]) == 2
     assert "load.workers: conversations run in one client process" in one_line(capsys)

@@ -15,7 +15,7 @@ the earlier turns (`history: actual`, filled in by the executor as each turn end
   turn, an assistant message the reply to the user turn before it); leading system turns are kept
   before the first user turn; a `prompt` row is a conversation of one turn. Output lengths are drawn
   from `workload.output_len` (the replies are history, not lengths).
-Every row is checked before anything is sent: a conversation without a user turn is one line naming
+They are sent by `loadgate.load.session_loops`. Every row is checked before anything is sent: a conversation without a user turn is one line naming
 the file and the row (a JSONL file's line), exit 2.
 """
 
