@@ -696,8 +696,6 @@ class Profile:
             if self.load.rate is not None:
                 return [("load.rate", "conversations run in a closed loop: load.concurrency conversations in "
                          "flight (open-loop arrivals of conversations are not built)")]
-            if self.load.workers != 1:
-                return [("load.workers", "conversations run in one client process: load.workers: 1")]
             if self.ab is not None and ss.history == "actual":
                 return [("workload.sessions.history", "an A/B sends identical bodies to both sides: history "
                          "'recorded' (the default in an A/B), not 'actual' (each side's own replies)")]

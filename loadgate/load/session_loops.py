@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from time import perf_counter_ns
 
-from loadgate.load.executors import NEVER, StopFlag, sleep_until
+from loadgate.load.executors import NEVER, LoadLevel, Rate, StopFlag, sleep_until
 from loadgate.load.plan import Plan
 from loadgate.load.recorder import Recorder
 from loadgate.load.target import LiveTarget, Raw, body_for, decode, fetch
@@ -151,3 +151,28 @@ class SessionArrivals:
             task.add_done_callback(tasks.discard)
         if tasks:
             await asyncio.gather(*tasks)
+
+
+async def send_conversations(t: LiveTarget, plan: Plan, loop: LoadLevel, recorder: Recorder, *, run_tag: str,
+                             t0_ns: int, concurrency: int | None, start_ns: int | None, mine: Callable[[int], bool],
+                             next_conversation: Callable[[], int | None] | None, stop_at_ns: int | None,
+                             stop: StopFlag) -> None:
+    """A phase's conversations, in this process or as one worker's share (`loadgate.load.workers`):
+    closed loop, `concurrency` slots (this worker's share of the level's) drawing conversations from
+    `next_conversation` (a counter the workers share; None: every conversation); open loop, the
+    conversations `mine` says are this worker's, at their planned arrival times from `start_ns`."""
+    header = t.spec.sessions_header
+    convs = plan.conversations
+    if isinstance(loop, Rate):
+        assert plan.offsets is not None
+        await SessionArrivals(loop.per_s, start_ns or perf_counter_ns(), plan.offsets, header, loop.max_in_flight,
+                              stop_at_ns, stop).run(t, plan, (c for c in convs if mine(c.index)), recorder,
+                                                    run_tag=run_tag, t0_ns=t0_ns)
+        return
+
+    def draw() -> Iterator[Conversation]:
+        while next_conversation is not None and (c := next_conversation()) is not None:
+            yield convs[c]
+
+    await SessionLoop(concurrency or loop.n, header, loop.n, stop_at_ns, stop).run(
+        t, plan, draw() if next_conversation is not None else iter(convs), recorder, run_tag=run_tag, t0_ns=t0_ns)

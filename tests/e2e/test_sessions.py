@@ -142,6 +142,27 @@ def test_conversations_arrive_on_an_open_loop_schedule_turn_1_timed_from_its_int
     assert lv["client_health"]["schedule_lag_ms"]["p99"] is not None and lv["conversations"]["not_sent"] == 0
 
 
+@pytest.mark.parametrize("loop", [{"concurrency": 3}, {"rate": 20.0, "arrival": "constant"}])
+def test_two_worker_processes_share_the_conversations_each_sent_whole_by_one_of_them(sim, tmp_path, loop):
+    p = profile(sim.url, tmp_path, requests=8, turns=3, think=0.02)
+    p = dataclasses.replace(p, load=Load(workers=2, **loop))
+    result, recs, truth = run(sim, p)
+    level = next(iter(load_json(result.run_dir / "summary.json")["levels"].values()))
+    assert level["client_health"]["workers"] == 2
+    convs = by_conversation(result, recs, truth)
+    assert sorted(convs) == list(range(8)) and all([r.turn for r, _ in v] == [1, 2, 3] for v in convs.values())
+    for pairs in convs.values():  # one conversation, one connection's turns in order, the history growing
+        assert len({t["session"] for _, t in pairs}) == 1
+        assert all(b[1]["arrival_ns"] > a[1]["end_ns"] for a, b in zip(pairs, pairs[1:], strict=False))
+        assert [r.prompt_tokens for r, _ in pairs] == [40, 100, 160]
+    if "concurrency" in loop:
+        spans = [(pairs[0][1]["arrival_ns"], pairs[-1][1]["end_ns"]) for pairs in convs.values()]
+        assert max(sum(a <= t < b for a, b in spans) for t, _ in spans) <= 3
+    else:
+        firsts = sorted(pairs[0][0].intended_ns for pairs in convs.values())
+        assert [round((b - a) / 1e6) for a, b in zip(firsts, firsts[1:], strict=False)] == [50] * 7
+
+
 def test_a_chat_conversation_from_a_sharegpt_file_carries_the_engine_replies_as_assistant_turns(sim, tmp_path):
     rows = [{"conversations": [{"from": "system", "value": "Be brief."},
                                {"from": "human", "value": f"Question {k} about the sea."},
@@ -302,9 +323,3 @@ def test_an_ab_with_history_actual_is_refused_in_one_line(tmp_path, capsys):
     assert main(["validate", str(p)]) == 2
     line = one_line(capsys)
     assert "workload.sessions.history: an A/B sends identical bodies to both sides" in line and str(p) in line
-
-
-def test_conversations_in_several_workers_are_refused_in_one_line(tmp_path, capsys):
-    p = write(tmp_path, {"load": {"concurrency": 2, "workers": 2}})
-    assert main(["validate", str(p)]) == 2
-    assert "load.workers: conversations run in one client process" in one_line(capsys)
