@@ -250,17 +250,14 @@ and endpoint)."""
 
 
 def group_value(r: Record, field: str) -> str | None:
-    """The group of `r` by `field`: its category, or its conversation turn as "turn N"."""
-    if field == "turn":
-        return None if r.turn is None else f"turn {r.turn}"
+    """The group of `r` by `field`: its category, or its conversation turn ("1", "2", …)."""
     v = getattr(r, field)
     return None if v is None else str(v)
 
 
-def _group_order(v: str) -> tuple[int, int, str]:
-    """Groups in order: turns by number ("turn 10" after "turn 9"), the rest by name."""
-    n = v.removeprefix("turn ")
-    return (0, int(n), "") if n.isdigit() and v.startswith("turn ") else (1, 0, v)
+def _group_order(field: str) -> Callable[[str], tuple[int, int, str]]:
+    """Groups in order: turns by number ("10" after "9"), the rest by name."""
+    return lambda v: (0, int(v), "") if field == "turn" and v.isdigit() else (1, 0, v)
 
 
 def group_figures(records: list[Record], window_s: float | None, counters: dict[str, Any] | None,
@@ -277,7 +274,7 @@ def group_figures(records: list[Record], window_s: float | None, counters: dict[
         if set(parts) <= {NO_GROUP}:
             continue
         by: dict[str, Any] = {}
-        for v in sorted(parts, key=_group_order):
+        for v in sorted(parts, key=_group_order(name)):
             sub = parts[v]
             s = summarize(sub)
             by[v] = {"requests": s["requests"], "succeeded": s["succeeded"], "failed": s["failed"],
@@ -383,8 +380,8 @@ SUMMARY_VERSION = 8
 `not_sent` — the turns after a failed one, or after the run stopped — and the first 20 that ended
 early, `broken`: conversation, the last turn sent, its error, the turns not sent) and `cached_tokens`
 (the prompt tokens the engine said its prefix cache served, per request that said: requests, mean,
-total, the mean prompt length beside it; records v8); `groups` gains `turn` (groups "turn 1", "turn 2",
-… of a conversation's turns), and every group its `cached_tokens`. Version 7 files read the same, the
+total, the mean prompt length beside it; records v8); `groups` gains `turn` (groups "1", "2", … of a
+conversation's turns), and every group its `cached_tokens`. Version 7 files read the same, the
 new fields null.
 7: the summary's `request` (the measured requests' settings: `load.request`'s temperature,
 top_p, top_k, min_p, seed, ignore_eos and stop, and the keys of `target.extra_body` as the profile

@@ -67,7 +67,8 @@ def group_table(s: LevelSummary, field: str = "category") -> str:
     if cached:
         out.append(f"cached prompt tokens per request by {field} (the engine's per-request usage; /metrics counters "
                    "cannot be split by " + field + "): " + " · ".join(
-                       f"{value} {fmt(c['mean'], 1)} of {fmt(c['prompt_tokens_mean'], 1)}" for value, c in cached))
+                       f"{field + ' ' if field == 'turn' else ''}{value} {fmt(c['mean'], 1)} of "
+                       f"{fmt(c['prompt_tokens_mean'], 1)}" for value, c in cached))
     return "\n".join(out)
 
 

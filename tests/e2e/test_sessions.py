@@ -5,6 +5,7 @@ tokens per turn; a conversation that fails mid-way; an A/B sending identical bod
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -97,12 +98,12 @@ def test_each_turn_sends_the_history_with_the_engine_replies_the_session_header_
     assert cached[1] == [0] * 4 and all(0 < c for c in cached[2]) and all(b < c for b, c in zip(cached[2], cached[3], strict=True))
     assert main(["report", str(result.run_dir)]) == 11
     out = capsys.readouterr().out
-    assert "by turn:" in out and "turn 3 " in out
+    assert "by turn:" in out and re.search(r"^3 +4 +0 ", out, re.M)  # turn 3: 4 requests, 0 failed
     # turn 2 is 100 tokens, of which the first two blocks (turn 1's 40 tokens less the last) were cached
     assert "cached prompt tokens per request by turn" in out and "turn 2 32.0 of 100.0 · turn 3 96.0 of 160.0" in out
     assert "conversations: 4 begun, 4 with every turn sent, 12 turns sent, 0 not sent" in out
     summary = load_json(result.run_dir / "summary.json")
-    assert list(summary["levels"]["2"]["groups"]["turn"]["by"]) == ["turn 1", "turn 2", "turn 3"]
+    assert list(summary["levels"]["2"]["groups"]["turn"]["by"]) == ["1", "2", "3"]
 
 
 def test_sglang_native_route_turns_carry_the_replies_and_meta_info_cached_tokens(sim, tmp_path):
@@ -134,8 +135,11 @@ def test_conversations_arrive_on_an_open_loop_schedule_turn_1_timed_from_its_int
     assert [round((b - a) / 1e6) for a, b in zip(intended, intended[1:], strict=False)] == [round(1e3 / rate)] * 5
     spans = [(pairs[0][1]["arrival_ns"], pairs[-1][1]["end_ns"]) for pairs in convs.values()]
     if cap is None:
-        arrivals = [t["arrival_ns"] for _, t in firsts]
-        assert all(abs((b - a) / 1e6 - 125) < 15 for a, b in zip(arrivals, arrivals[1:], strict=False)), arrivals
+        # each first turn reached the server after its intended start, and soon after (a busy 2-core
+        # machine may hold the client for tens of ms; the schedule would be 125 ms apart either way)
+        t0 = load_json(result.run_dir / "meta.json")["t0_ns"]
+        late = [(t["arrival_ns"] - t0 - r.intended_ns) / 1e6 for r, t in firsts]
+        assert all(0 <= x < 60 for x in late), late
     else:
         assert max(sum(a <= t < b for a, b in spans) for t, _ in spans) == 1
     lv = load_json(result.run_dir / "summary.json")["levels"][str(rate)]

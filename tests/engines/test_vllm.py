@@ -378,7 +378,7 @@ def test_vllm_conversation_turns_carry_the_replies_and_meet_more_of_the_prefix_c
         assert r["prompt_tokens"] == r["prompt_tokens_planned"] == 160 + (r["turn"] - 1) * 208, r
         assert r["completion_tokens"] == 48 and r["cached_tokens"] is not None
     by_turn = got["summary"]["levels"]["2"]["groups"]["turn"]["by"]
-    cached = [by_turn[f"turn {t}"]["cached_tokens"]["mean"] for t in (1, 2, 3)]
+    cached = [by_turn[str(t)]["cached_tokens"]["mean"] for t in (1, 2, 3)]
     assert cached[0] == 0 < cached[1] < cached[2], cached
     assert all(r["cached_tokens"] < r["prompt_tokens"] for r in recs)
     assert main(["report", str(got["run"])]) == 11
@@ -398,7 +398,7 @@ def test_vllm_conversation_turns_carry_the_replies_and_meet_more_of_the_prefix_c
     assert chat_cached[0] == 0 < chat_cached[1] < chat_cached[2], chat_cached
     capsys.readouterr()
     note(engine_logs, test="conversations", cached_tokens_mean_by_turn=cached,
-         prompt_tokens_by_turn=[by_turn[f"turn {t}"]["cached_tokens"]["prompt_tokens_mean"] for t in (1, 2, 3)],
+         prompt_tokens_by_turn=[by_turn[str(t)]["cached_tokens"]["prompt_tokens_mean"] for t in (1, 2, 3)],
          chat_cached_tokens_mean_by_turn=chat_cached,
          chat_prompt_tokens_by_turn={t: sum(v) / len(v) for t, v in per_turn.items()})
 
