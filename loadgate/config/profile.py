@@ -693,9 +693,6 @@ class Profile:
                     return [(f"thresholds.{metric}[{k}]", e.reason)]
         ss = self.workload.sessions
         if ss is not None:
-            if self.load.rate is not None:
-                return [("load.rate", "conversations run in a closed loop: load.concurrency conversations in "
-                         "flight (open-loop arrivals of conversations are not built)")]
             if self.ab is not None and ss.history == "actual":
                 return [("workload.sessions.history", "an A/B sends identical bodies to both sides: history "
                          "'recorded' (the default in an A/B), not 'actual' (each side's own replies)")]

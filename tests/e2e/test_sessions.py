@@ -327,3 +327,12 @@ def test_an_ab_with_history_actual_is_refused_in_one_line(tmp_path, capsys):
     assert main(["validate", str(p)]) == 2
     line = one_line(capsys)
     assert "workload.sessions.history: an A/B sends identical bodies to both sides" in line and str(p) in line
+
+
+def test_validate_says_what_conversations_a_profile_sends(tmp_path, capsys):
+    assert main(["validate", str(write(tmp_path, {}))]) == 0
+    assert "conversations: 2 of 2 turns, history actual (auto: actual in a single run), 1 in flight" in \
+        capsys.readouterr().out
+    p = write(tmp_path, {"ab": {"baseline": {"endpoint": "embedded"}}, "load": {"rate": 3.0, "concurrency": None}})
+    assert main(["validate", str(p)]) == 0
+    assert "history recorded (auto: recorded in an A/B), 3 started a second" in capsys.readouterr().out
