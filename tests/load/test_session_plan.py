@@ -154,3 +154,21 @@ def test_a_conversation_the_run_stopped_is_reported_as_stopped_not_failed():
     object.__setattr__(s, "conversations", c)
     assert conversation_lines(s) == ["conversations: 2 begun, 1 with every turn sent, 2 turns sent, 2 not sent",
                                      "conversation 0: the run stopped after turn 1, turns 2–3 not sent"]
+
+
+@pytest.mark.parametrize("fmt", ["sharegpt", "parquet", "arrow"])
+def test_the_bundled_multi_turn_rows_read_as_conversations_from_each_format(tmp_path: Path, fmt: str):
+    """The bundled set's multi_turn_chat rows (a user turn, an assistant turn, then the user again) as
+    ShareGPT, parquet and an Arrow folder: two user turns each, the first one's reply recorded."""
+    from tests.load.test_dataset import ROWS, write_arrow_folder, write_parquet, write_sharegpt
+
+    rows = [r for r in ROWS if r["category"] == "multi_turn_chat"]
+    path = {"sharegpt": lambda: write_sharegpt(tmp_path / "c.json", rows),
+            "parquet": lambda: write_parquet(tmp_path / "c.parquet", rows),
+            "arrow": lambda: write_arrow_folder(tmp_path / "arrow", rows)}[fmt]()
+    p = Profile(target=Target(api="openai-chat"),
+                workload=Workload(requests=len(rows), dataset=Dataset(path=str(path)), sessions=Sessions()))
+    got = read_conversations(p)
+    users = [[m["content"] for m in r["messages"] if m["role"] == "user"] for r in rows]
+    assert sorted(list(g.users) for g in got) == sorted(users) and all(len(u) >= 2 for u in users)
+    assert all(g.replies[0] is not None for g in got) and len(build_plan(p, POOL)) == sum(map(len, users))
