@@ -68,6 +68,12 @@ def output_ids(t: dict[str, Any]) -> list[int]:
     return [i for c in t["chunks"] for i in c["token_ids"]]
 
 
+def reply_text(t: dict[str, Any]) -> str:
+    """The text the simulator streamed for a request: its output ids' text, special tokens adding none."""
+    tok = Tokenizer(VOCAB)
+    return tok.decode(i for i in output_ids(t) if i not in tok.special_ids)
+
+
 def test_each_turn_sends_the_history_with_the_engine_replies_the_session_header_after_its_think_time(
         sim, tmp_path, capsys):
     result, recs, truth = run(sim, profile(sim.url, tmp_path))
@@ -179,14 +185,13 @@ def test_a_chat_conversation_from_a_sharegpt_file_carries_the_engine_replies_as_
     result, recs, truth = run(sim, profile(sim.url, tmp_path, api="openai-chat", requests=3, think=0.0,
                                            dataset=path))
     assert result.exit_code == 11, result
-    tok = Tokenizer(VOCAB)
     for pairs in by_conversation(result, recs, truth).values():
         assert [r.turn for r, _ in pairs] == [1, 2, 3]
         msgs = [t["prompt"]["messages"] for _, t in pairs]
         assert msgs[0][0] == {"role": "system", "content": "Be brief."} and len(msgs[0]) == 2
         for k in (1, 2):  # the history, then the engine's own reply (not the recorded one), then the new turn
             assert msgs[k][:-2] == msgs[k - 1]
-            assert msgs[k][-2] == {"role": "assistant", "content": tok.decode(output_ids(pairs[k - 1][1]))}
+            assert msgs[k][-2] == {"role": "assistant", "content": reply_text(pairs[k - 1][1])}
             assert msgs[k][-2]["content"] != rows[0]["conversations"][2 * k]["value"]
         assert [m["content"] for m in msgs[2] if m["role"] == "user"][-1] == "Thanks, and rivers?"
         assert pairs[0][0].prompt_tokens < pairs[1][0].prompt_tokens < pairs[2][0].prompt_tokens
@@ -200,13 +205,12 @@ def test_a_text_only_completions_api_gets_the_history_as_text_with_the_engine_re
         p = profile(s.url, tmp_path, requests=2, think=0.0)
         p = dataclasses.replace(p, workload=dataclasses.replace(p.workload, tokenizer="none"))
         result, recs, truth = run(s, p)
-    tok = Tokenizer(VOCAB)
     for pairs in by_conversation(result, recs, truth).values():
         assert [r.error for r, _ in pairs] == [None] * 3
         texts = [t["prompt"]["prompt"] for _, t in pairs]
         assert all(isinstance(x, str) for x in texts)
         for k in (1, 2):
-            assert texts[k].startswith(texts[k - 1] + tok.decode(output_ids(pairs[k - 1][1])))
+            assert texts[k].startswith(texts[k - 1] + reply_text(pairs[k - 1][1]))
             assert len(texts[k]) > len(texts[k - 1]) + 20
 
 
