@@ -90,6 +90,15 @@ def validate(profile: str) -> None:
     say(f"{profile}: valid profile {p.name!r}")
     if p.load.schedule == "trace":
         say(_timed_words(p))
+    ss = p.workload.sessions
+    if ss is not None:
+        turns = "the dataset's turns" + (f" (at most {ss.max_turns})" if ss.max_turns else "") \
+            if p.workload.dataset is not None else f"{ss.turns} turns"
+        say(f"conversations: {p.workload.request_count} of {turns}, history {p.history}"
+            + (" (auto: recorded in an A/B)" if ss.history == "auto" and p.ab is not None else
+               " (auto: actual in a single run)" if ss.history == "auto" else "")
+            + (f", {p.load.concurrency} in flight" if p.load.concurrency is not None else
+               f", {p.load.rate:g} started a second"))
     for line in _sampling_power_lines(p):
         say(line)
     c = p.load.concurrency

@@ -6,8 +6,8 @@ run. All times are integer nanoseconds of `time.perf_counter_ns()` relative to t
 `t0_ns` (kept in `meta.json`). In memory a record is a `Record`; on disk it is that dataclass's
 fields as JSON, in order.
 
-Schema version 7 — fields of one record:
-  v                  schema version (7)
+Schema version 8 — fields of one record:
+  v                  schema version (8)
   i                  index in the request plan (warmup requests first)
   warmup             true for warmup requests (excluded from every figure)
   level              the load level this request belongs to: concurrency (closed loop) or rate
@@ -62,6 +62,17 @@ Schema version 7 — fields of one record:
                      with no text, such as a reasoning parser's <think> markers, is neither); 0
                      where no chunk carried text of either kind; null when every chunk was
                      reasoning or markers, or there were none (new in v7)
+  conversation       a conversation's request (`workload.sessions`): the conversation's index among
+                     the level's measured conversations (0-based), else null (new in v8)
+  turn               the turn within it, 1-based (turn 1 has no history), else null (new in v8)
+  turns              how many turns the conversation was planned to send (turns after a failed
+                     one are not sent: they have no record), else null (new in v8)
+  cached_tokens      prompt tokens the engine said its prefix cache served, from the response
+                     (vLLM `usage.prompt_tokens_details.cached_tokens` with
+                     --enable-prompt-tokens-details, SGLang `meta_info.cached_tokens`); null where
+                     it did not say (new in v8)
+
+Version 7 had the same fields less `conversation`, `turn`, `turns` and `cached_tokens` (read as null).
 
 Version 6 had the same fields less `reasoning_tokens` and `answer_chunk` (read as null and, where
 the record has chunks, 0: every chunk counted as answer; the chat adapter read only `content`).
@@ -70,7 +81,7 @@ Version 4 had the same fields less `counts_received` (read as null).
 Version 3 had the same fields less `chunk_busy` (read as null: the cause is unknown).
 Version 2 had the same fields as 3 less `chunk_early_ns` and the limit error kinds (read as no bound).
 Version 1 as version 2, except that `new_connection` was absent from files written before it was
-added (read as null). `read_records` reads all seven.
+added (read as null). `read_records` reads all eight.
 """
 
 from __future__ import annotations
@@ -87,8 +98,8 @@ import orjson
 from loadgate.errors import ResultsNotWritten, UsageError
 from loadgate.secrets import redact_bytes
 
-SCHEMA_VERSION = 7
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+SCHEMA_VERSION = 8
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
 # The host took at most this share of the machine's CPU time during a phase (health.json's
@@ -145,6 +156,10 @@ class Record:
     category: str | None = None  # the request's group (new in v6)
     reasoning_tokens: int | None = None  # tokens streamed as reasoning (new in v7)
     answer_chunk: int | None = None  # index of the first chunk carrying answer tokens (new in v7)
+    conversation: int | None = None  # a conversation's index (new in v8)
+    turn: int | None = None  # its turn, 1-based (new in v8)
+    turns: int | None = None  # the turns the conversation was planned to send (new in v8)
+    cached_tokens: int | None = None  # prompt tokens the engine's prefix cache served, as it said (new in v8)
 
     @property
     def succeeded(self) -> bool:
@@ -173,7 +188,7 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
-        """A record from its JSON object (schema v1 to v7); KeyError/TypeError on a wrong shape."""
+        """A record from its JSON object (schema v1 to v8); KeyError/TypeError on a wrong shape."""
         err, spec = d.get("error"), d.get("spec")
         fields = {k: d[k] for k in _FIELDS if k in d}
         fields["v"] = SCHEMA_VERSION
@@ -189,7 +204,7 @@ def _is_int(x: Any) -> bool:
 
 _INTS = ("i", "ready_ns", "start_ns", "end_ns", "output_tokens_planned")
 _OPTIONAL_INTS = ("intended_ns", "headers_ns", "status", "prompt_tokens_planned", "prompt_tokens", "completion_tokens",
-                  "reasoning_tokens", "answer_chunk")
+                  "reasoning_tokens", "answer_chunk", "conversation", "turn", "turns", "cached_tokens")
 
 
 def _check_types(f: dict[str, Any]) -> None:
@@ -319,7 +334,7 @@ class Damage:
 
 
 def read_records(path: Path, *, include_warmup: bool = False, damage: Damage | None = None) -> Iterator[Record]:
-    """Yield records from a records.jsonl (schema v1 to v5), skipping warmup ones unless asked.
+    """Yield records from a records.jsonl (schema v1 to v8), skipping warmup ones unless asked.
 
     With `damage`, a line that cannot be read is counted there and skipped, and so is a last line
     cut short; without, such a line is a UsageError naming it (a cut last line still ends the

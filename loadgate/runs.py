@@ -194,6 +194,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
         "levels": [x.level for x in lv], "prompt_rounds": [(round_base + k) * (profile.workload.cache == "fresh") for k in range(len(lv))],
         "token_pool": {"size": len(pool), "source": tp.source, "exact": tp.exact},
         "dataset": None if dataset is None else dataset.meta, "trace": plan.trace_info(),
+        "sessions": plan.sessions_meta(profile),
         "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
         "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure,
         "cpus": {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}, **(extra_meta or {})})

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loadgate.analysis.conversations import cached_tokens, conversation_counts
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.metrics import throughput as throughput_over
 from loadgate.analysis.specdec import (
@@ -221,6 +222,8 @@ class LevelSummary:
     invalid: list[str]
     prefix_cache: dict[str, Any] | None = None  # `analysis.specdec.prefix_cache`: the server's cache hits in the window
     groups: dict[str, Any] | None = None  # figures by a record field (`group_figures`), e.g. {"category": ...}
+    conversations: dict[str, Any] | None = None  # `conversation_counts` (v8)
+    cached_tokens: dict[str, Any] | None = None  # `cached_tokens` of the level's requests (v8)
 
     def to_json(self) -> dict[str, Any]:
         """The fields in order, `invalid` last (the order version 2 wrote)."""
@@ -236,13 +239,25 @@ class LevelSummary:
                    None if d.get("goodput") is None else Goodput(**d["goodput"]),
                    Acceptance(acc.get("per_request"), acc.get("counters"), acc.get("reconciliation")),
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
-                   ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"))
+                   ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"),
+                   d.get("conversations"), d.get("cached_tokens"))
 
 
-GROUP_FIELDS = ("category",)
+GROUP_FIELDS = ("category", "turn")
 NO_GROUP = "(none)"  # the group of the records that have no value for the field
-"""Record fields the figures are broken down by (the conversation, capacity and scale-out work adds
-turn, time slice and endpoint)."""
+"""Record fields the figures are broken down by (the capacity and scale-out work adds time slice
+and endpoint)."""
+
+
+def group_value(r: Record, field: str) -> str | None:
+    """The group of `r` by `field`: its category, or its conversation turn ("1", "2", …)."""
+    v = getattr(r, field)
+    return None if v is None else str(v)
+
+
+def _group_order(field: str) -> Callable[[str], tuple[int, int, str]]:
+    """Groups in order: turns by number ("10" after "9"), the rest by name."""
+    return lambda v: (0, int(v), "") if field == "turn" and v.isdigit() else (1, 0, v)
 
 
 def group_figures(records: list[Record], window_s: float | None, counters: dict[str, Any] | None,
@@ -255,16 +270,16 @@ def group_figures(records: list[Record], window_s: float | None, counters: dict[
     for name in GROUP_FIELDS:
         parts: dict[str, list[Record]] = {}
         for r in records:  # records without a value: their own group, so the groups cover the level
-            parts.setdefault(getattr(r, name) or NO_GROUP, []).append(r)
+            parts.setdefault(group_value(r, name) or NO_GROUP, []).append(r)
         if set(parts) <= {NO_GROUP}:
             continue
         by: dict[str, Any] = {}
-        for v in sorted(parts):
+        for v in sorted(parts, key=_group_order(name)):
             sub = parts[v]
             s = summarize(sub)
             by[v] = {"requests": s["requests"], "succeeded": s["succeeded"], "failed": s["failed"],
                      "errors": s["errors"], "metrics": {k: m for k, m in s["metrics"].items() if k not in drop}, "throughput": throughput_over(sub, window_s),
-                     "acceptance": {"per_request": from_records(sub)}}
+                     "acceptance": {"per_request": from_records(sub)}, "cached_tokens": cached_tokens(sub)}
         out[name] = {"by": by, "acceptance_adds_up": groups_add_up(by, counters)}
     return out or None
 
@@ -325,7 +340,8 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
     groups = group_figures(records, throughput.window_s, acceptance.counters, drop)
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
-                        sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups)
+                        sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups,
+                        conversation_counts(records), cached_tokens(records))
 
 
 def merge_health(parts: list[HealthPhase], schedule: dict[str, float | None] | None = None) -> ClientHealth:
@@ -365,9 +381,16 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
 
 SUMMARY_VERSION = 8
 """8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
-it: requests, span_s, mean_rate, out_of_order lines, lines, and `sharing`, the trace's own prefix
-sharing: ratio, shared_tokens, prompt_tokens, block; `loadgate.load.workload.trace`), null otherwise;
-`load` is "trace" for such a run. Version 7 files read the same, `trace` null.
+it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the
+trace's own prefix sharing: ratio, shared_tokens, prompt_tokens, block; `loadgate.load.workload.trace`),
+null otherwise, and `load` is "trace" for such a run; each level's `conversations`
+(`workload.sessions`: conversations begun, complete, turns sent,
+`not_sent` — the turns after a failed one, or after the run stopped — and the first 20 that ended
+early, `broken`: conversation, the last turn sent, its error, the turns not sent) and `cached_tokens`
+(the prompt tokens the engine said its prefix cache served, per request that said: requests, mean,
+total, the mean prompt length beside it; records v8); `groups` gains `turn` (groups "1", "2", … of a
+conversation's turns), and every group its `cached_tokens`. Version 7 files read the same, the
+new fields null.
 7: the summary's `request` (the measured requests' settings: `load.request`'s temperature,
 top_p, top_k, min_p, seed, ignore_eos and stop, and the keys of `target.extra_body` as the profile
 writes them); each level's `token_counts.natural_lengths` (the model chose the output lengths: a

@@ -245,6 +245,56 @@ def is_http_url(text: str) -> bool:
 
 
 @dataclass(frozen=True)
+class ThinkTime:
+    """A user's pause between a reply and their next turn, in seconds: `fixed` (value), `uniform`
+    (min..max) or `exponential` (mean)."""
+
+    dist: Literal["fixed", "uniform", "exponential"] = knob("fixed", "distribution family")
+    value: float | None = knob(None, "fixed: the pause, seconds", min=0.0)
+    min: float | None = knob(None, "uniform: shortest pause, seconds", min=0.0)
+    max: float | None = knob(None, "uniform: longest pause, seconds", min=0.0)
+    mean: float | None = knob(None, "exponential: mean pause, seconds", exclusive_min=0.0)
+
+    def check(self) -> list[tuple[str, str]]:
+        need = {"fixed": ["value"], "uniform": ["min", "max"], "exponential": ["mean"]}[self.dist]
+        problems = [(k, f"required when dist is {self.dist!r}") for k in need if getattr(self, k) is None]
+        problems += [(k, f"not used when dist is {self.dist!r} (it reads: {', '.join(need)})")
+                     for k in ("value", "min", "max", "mean") if k not in need and getattr(self, k) is not None]
+        if self.min is not None and self.max is not None and self.min > self.max:
+            problems.append(("max", f"must be >= min ({self.min:g}), got {self.max:g}"))
+        return problems
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Multi-turn conversations (docs/workloads.md#conversations): each turn sends the whole history
+    (the earlier user turns and replies) and a new user turn; `workload.requests` counts conversations,
+    `load.concurrency` those in flight (closed loop) or `load.rate` those started a second (open loop)."""
+
+    turns: int = knob(3, "synthetic conversations (no dataset): turns in each; each user turn is "
+                      "workload.input_len tokens, each reply workload.output_len (a dataset's conversations "
+                      "have their own user turns)", min=1, max=256)
+    history: Literal["auto", "actual", "recorded"] = knob(
+        "auto", "the replies a turn's history carries: 'actual' (the engine's own replies to the earlier "
+        "turns), 'recorded' (the dataset's replies; synthetic: token ids drawn from the seed, so both sides of "
+        "an A/B send identical bodies); 'auto': actual in a single run, recorded in an A/B (which refuses actual)")
+    think_time: float | ThinkTime = knob(
+        0.0, "seconds between a reply and the next turn of its conversation: a number, or {dist: fixed | "
+        "uniform | exponential, ...}")
+    header: str = knob("x-session-id", "HTTP header carrying the conversation's id (the same on both sides of an "
+                       "A/B); empty: none")
+    max_turns: int | None = knob(None, "a dataset's conversations: at most this many user turns each (the rest "
+                                 "are not sent)", min=1)
+
+    def check(self) -> list[tuple[str, str]]:
+        if self.header and not all(c.isalnum() or c in "-_" for c in self.header):
+            return [("header", f"an HTTP header name (letters, digits, - and _), got {self.header!r}")]
+        if not isinstance(self.think_time, ThinkTime) and self.think_time < 0:  # a ThinkTime checks itself
+            return [("think_time", f"expected a number >= 0, got {self.think_time:g}")]
+        return []
+
+
+@dataclass(frozen=True)
 class Workload:
     """What to send: how many requests, and the prompt and output lengths (or a trace)."""
 
@@ -264,6 +314,9 @@ class Workload:
         "tokenizer (PATH of a model folder or its tokenizer.json, relative to the profile; its chat template "
         "gives exact chat prompt lengths), or 'none' (text prompts, every count from the server's usage)")
     shared_prefix: SharedPrefix | None = knob(None, "give prompts a shared prefix, in groups")
+    sessions: Sessions | None = knob(
+        None, "multi-turn conversations (docs/workloads.md#conversations): `requests` then counts conversations, "
+        "`load.concurrency` conversations in flight (or `load.rate` conversations started a second)")
     cache: Literal["fresh", "warm"] = knob(
         "fresh", "prefix-cache state between load levels and A/B pairs: 'fresh' gives each level and "
         "each pair its own prompts (same lengths, other token ids; both sides of a pair alike; declared "
@@ -296,6 +349,15 @@ class Workload:
                          "workload.tokenizer server or a local tokenizer (not none)")]
         if d is not None and d.format != "trace" and self.shared_prefix is not None:
             return [("shared_prefix", "prompts come from the dataset, which has its own (no shared_prefix)")]
+        if self.sessions is not None:
+            if self.trace is not None or (d is not None and d.format == "trace"):
+                return [("sessions", "a trace's lines are single requests: conversations come from a dataset's "
+                         "conversations (ShareGPT, OpenAI chat JSONL) or are synthetic")]
+            if d is not None and (d.filters or d.lengths != "dataset"):
+                return [("sessions", "a dataset's conversations are sent as written: no length filters, "
+                         "lengths: dataset")]
+            if self.shared_prefix is not None:
+                return [("shared_prefix", "conversations share their own history: no shared_prefix")]
         return []
 
     @property
@@ -599,6 +661,16 @@ class Profile:
         p = Path(p)
         return p if p.is_absolute() else (Path(self.path).parent if self.path else Path.cwd()) / p
 
+    @property
+    def history(self) -> str | None:
+        """The conversations' history ('actual' or 'recorded'; `auto` resolved), None without sessions."""
+        ss = self.workload.sessions
+        if ss is None:
+            return None
+        if ss.history != "auto":
+            return ss.history
+        return "recorded" if self.ab is not None else "actual"
+
     def files(self) -> list[tuple[str, str]]:
         """(key path, value as written) of every file the profile names."""
         w, ex, tls = self.workload, self.exactness, self.target.tls
@@ -645,6 +717,9 @@ class Profile:
         return self.target.metrics_url or base + "/metrics"
 
     def check(self) -> list[tuple[str, str]]:
+        if self.workload.sessions is not None and self.load.schedule == "trace":
+            return [("load.schedule", "conversations send each turn after the last one's reply: not with a timed "
+                     "trace's schedule (give load.concurrency or load.rate)")]
         if not is_folder_name(self.name):
             return [("name", f"becomes part of a run folder's name: expected no slashes, not . or .., not "
                      f"starting with '-', got {self.name!r}")]
@@ -654,6 +729,11 @@ class Profile:
                     parse(metric, text)
                 except ThresholdError as e:
                     return [(f"thresholds.{metric}[{k}]", e.reason)]
+        ss = self.workload.sessions
+        if ss is not None:
+            if self.ab is not None and ss.history == "actual":
+                return [("workload.sessions.history", "an A/B sends identical bodies to both sides: history "
+                         "'recorded' (the default in an A/B), not 'actual' (each side's own replies)")]
         if self.ab is not None and self.exactness is not None and self.exactness.baseline == "sim-reference" \
                 and self.ab.baseline.endpoint != "embedded":
             return [("ab.baseline.endpoint", "exactness.baseline 'sim-reference' needs both engines embedded; "

@@ -116,6 +116,15 @@ class SimConfig:
         0, "automatic prefix caching as vLLM does it, in blocks of this many tokens (0: off): a prompt's "
         "leading full blocks seen before are not prefilled again (no prefill cost, so a hit shows in TTFT) "
         "and count in vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total", min=0, max=4096)
+    prompt_tokens_details: bool = knob(
+        False, "OpenAI routes: usage carries prompt_tokens_details.cached_tokens (the prompt tokens the prefix "
+        "cache served), as vLLM's --enable-prompt-tokens-details does; SGLang's meta_info.cached_tokens is "
+        "always sent")
+    truth_prompts: bool = knob(
+        False, "the truth log keeps each request's prompt keys as sent (prompt, messages, input_ids, text), for "
+        "tests of what a conversation's turns carry")
+    session_header: str = knob(
+        "x-session-id", "request header whose value the truth log keeps as each request's `session`")
     reasoning_tokens: int = knob(
         0, "chat replies: the first N output tokens stream as the model's reasoning (delta.reasoning_content), "
         "the rest as content, as vLLM's reasoning parsers do; a request whose chat_template_kwargs say "

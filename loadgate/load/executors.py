@@ -6,7 +6,7 @@ Every finished request becomes one record (see `loadgate.load.recorder`), writte
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
@@ -132,31 +132,46 @@ class OpenLoop:
 
     async def run(self, t: LiveTarget, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
                   t0_ns: int) -> None:
-        sem = asyncio.Semaphore(self.max_in_flight) if self.max_in_flight else None
-        tasks: set[asyncio.Task[None]] = set()
+        def job(req: PlannedRequest) -> tuple[int, Callable[[int], Awaitable[None]]]:
+            return req.intended_offset_ns or 0, lambda intended: run_one(
+                t, req, run_tag, recorder, t0_ns=t0_ns, level=self.rate, ready_ns=perf_counter_ns(),
+                intended_ns=intended)
 
-        async def one(req: PlannedRequest, intended: int) -> None:
-            await sleep_until(intended, self.stop)  # started LEAD_NS early: due, it is already running
-            if self.stop.is_set():
-                return
+        await at_their_times(self.start_ns, (job(r) for r in reqs), max_in_flight=self.max_in_flight,
+                             stop_at_ns=self.stop_at_ns, stop=self.stop)
+
+
+async def at_their_times(start_ns: int, jobs: Iterable[tuple[int, Callable[[int], Awaitable[None]]]], *,
+                         max_in_flight: int | None, stop_at_ns: int | None, stop: StopFlag) -> None:
+    """Start each job (offset from `start_ns`, what to run given its intended time) at its time, never
+    earlier: its task is made `LEAD_NS` before and waits out the rest itself, so a task's first turn
+    on a busy loop is not added to its lateness; with `max_in_flight`, a job that finds no free slot
+    waits, and runs once it has one (the wait is in its lateness). A job due at or after `stop_at_ns`,
+    or after `stop`, is not run, even when its task was already made."""
+    sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(run: Callable[[int], Awaitable[None]], intended: int) -> None:
+        await sleep_until(intended, stop)
+        if stop.is_set():
+            return
+        if sem is not None:
+            await sem.acquire()
+        try:
+            await run(intended)
+        finally:
             if sem is not None:
-                await sem.acquire()
-            try:
-                await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=self.rate, ready_ns=perf_counter_ns(),
-                              intended_ns=intended)
-            finally:
-                if sem is not None:
-                    sem.release()
+                sem.release()
 
-        for req in reqs:
-            intended = self.start_ns + (req.intended_offset_ns or 0)
-            if (self.stop_at_ns is not None and intended >= self.stop_at_ns) or self.stop.is_set():
-                break
-            await sleep_until(intended - LEAD_NS, self.stop, precise=False)
-            if self.stop.is_set():
-                break
-            task = asyncio.create_task(one(req, intended))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.gather(*tasks)
+    for offset, run in jobs:
+        intended = start_ns + offset
+        if (stop_at_ns is not None and intended >= stop_at_ns) or stop.is_set():
+            break
+        await sleep_until(intended - LEAD_NS, stop, precise=False)
+        if stop.is_set():
+            break
+        task = asyncio.create_task(one(run, intended))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks)

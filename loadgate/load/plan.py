@@ -25,6 +25,15 @@ from loadgate.engine.adapters import is_chat
 from loadgate.errors import UsageError
 from loadgate.load.workload.dataset import has_trace, open_rows, row_stamps
 from loadgate.load.workload.lengths import draw_lengths
+from loadgate.load.workload.sessions import (
+    Conversation,
+    Conversations,
+    Part,
+    all_ids,
+    check_conversations,
+    conversations,
+    history,
+)
 from loadgate.load.workload.timing import Window
 from loadgate.load.workload.trace import TraceRequests
 
@@ -52,6 +61,8 @@ class PlannedRequest:
     messages: tuple[dict[str, Any], ...] | None = None
     counted_len: int | None = None
     category: str | None = None
+    session: tuple[int, int, int] | None = None  # a conversation's turn: (conversation, turn 1-based, turns)
+    exchange: tuple[Part, ...] | None = None  # a conversation's history and new turn, sent as messages or text
 
     @property
     def prompt_len(self) -> int | None:
@@ -148,6 +159,9 @@ def check_source(profile: Profile) -> None:
         assert rows is not None
         row_stamps(rows)  # every row needs a timestamp
         return
+    if profile.workload.sessions is not None:
+        check_conversations(profile)
+        return
     if has_trace(profile):
         ds = profile.workload.source
         assert ds is not None
@@ -178,7 +192,12 @@ class Plan(Sequence[PlannedRequest]):
         w, load = profile.workload, profile.load
         self.trace: TraceRequests | None = None
         self.dataset = dataset  # a dataset's requests: the same in every round (its own text)
-        if dataset is None and w.source is not None:
+        self.conversations: Conversations = Conversations([])  # workload.sessions: the measured conversations
+        self.history = profile.history
+        self.chat = is_chat(profile.target.api)
+        if w.sessions is not None:
+            self.conversations = conversations(profile, pool, key)
+        elif dataset is None and w.source is not None:
             if not has_trace(profile):
                 raise ValueError("a dataset's requests are prepared first (loadgate.load.workload.dataset)")
             self.trace = trace_of(profile, pool)
@@ -186,6 +205,7 @@ class Plan(Sequence[PlannedRequest]):
         n = (len(self.trace) if self.trace is not None and self.trace.order is not None else
              len(dataset) if dataset is not None and dataset.offsets_ns is not None else w.request_count)
         self.measured = _Requests(w, n, profile.seed, _MEASURED_SALT, pool, base_dir, key)
+        self.n_measured = self.conversations.n_turns if w.sessions is not None else len(self.measured)
         self.warm = _Requests(w, load.warmup_requests, profile.seed, _WARMUP_SEED_SALT, pool, base_dir, key)
         self.offsets: list[int] | None = None
         if self.trace is not None and self.trace.order is not None:
@@ -197,7 +217,40 @@ class Plan(Sequence[PlannedRequest]):
         self.n_warmup = len(self.warm)
 
     def __len__(self) -> int:
-        return self.n_warmup + len(self.measured)
+        return self.n_warmup + self.n_measured
+
+    def static(self, i: int) -> bool:
+        """Request i's body is known before the phase (not a later turn of an `actual` history)."""
+        if not self.conversations or i < self.n_warmup or self.history != "actual":
+            return True
+        return self.conversations.locate(i - self.n_warmup)[1] == 1
+
+    def turn(self, conv: Conversation, turn: int, replies: list[Part]) -> PlannedRequest:
+        """Turn `turn` (1-based) of `conv` after `replies` (the replies to the turns before it):
+        token ids end to end on a completions API where every part has them, else its messages
+        (chat) or text (completions) built when the body is."""
+        parts = history(conv, turn, replies)
+        i = self.n_warmup + conv.first + turn - 1
+        session = (conv.index, turn, conv.turns)
+        out = conv.output_lens[turn - 1]
+        ids = None if self.chat or conv.system else all_ids(parts)
+        if ids is not None:
+            return PlannedRequest(i, False, ids, out, category=conv.category, session=session)
+        return PlannedRequest(i, False, None, out, messages=conv.system or None, category=conv.category,
+                              session=session, exchange=tuple(parts))
+
+    def sessions_meta(self, profile: Profile) -> dict[str, Any] | None:
+        """What meta.json says of the conversations (None without `workload.sessions`)."""
+        ss = profile.workload.sessions
+        if ss is None:
+            return None
+        ds = profile.workload.dataset
+        return {"conversations": len(self.conversations), "turns": self.n_measured, "history": self.history,
+                "header": ss.header or None, "source": str(profile.resolve(ds.path)) if ds else "synthetic"}
+
+    def recorded(self, conv: Conversation) -> list[Part]:
+        """The recorded replies of `conv` (a dataset turn without one: an empty reply)."""
+        return [r if r is not None else Part(text="") for r in conv.replies]
 
     @overload
     def __getitem__(self, i: int) -> PlannedRequest: ...
@@ -215,6 +268,9 @@ class Plan(Sequence[PlannedRequest]):
         if i < self.n_warmup:
             return PlannedRequest(i, True, self.warm.prompt(i), int(self.warm.osl[i]))
         k = i - self.n_warmup
+        if self.conversations:
+            conv, turn = self.conversations.locate(k)
+            return self.turn(conv, turn, self.recorded(conv))
         off = None if self.offsets is None else self.offsets[k]
         if self.dataset is not None:
             r = self.dataset.requests[k % len(self.dataset)]

@@ -49,7 +49,8 @@ def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | 
             d.spec.reported_acceptance_length),
         counts_received=d.counts_received or None, category=req.category,
         reasoning_tokens=reasoning_tokens(d.chunks) or None,
-        answer_chunk=answer_chunk(d.chunks))
+        answer_chunk=answer_chunk(d.chunks), cached_tokens=d.cached_tokens,
+        **({} if req.session is None else dict(zip(("conversation", "turn", "turns"), req.session, strict=True))))
 
 
 def reasoning_tokens(chunks: list[Chunk]) -> int:
@@ -91,6 +92,7 @@ class Planned:
     output_len: int
     counted: bool = False  # prompt_len is the server's whole count (no chat template to add)
     category: str | None = None
+    session: tuple[int, int, int] | None = None  # (conversation, turn, turns) of a conversation's request
 
 
 class Recorder:
@@ -108,7 +110,7 @@ class Recorder:
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
         self.log.add(Exchange(req.i, req.warmup, req.prompt_len, req.output_len, t0_ns, level, ready_ns,
-                              intended_ns, raw, req.counted_len is not None, req.category))
+                              intended_ns, raw, req.counted_len is not None, req.category, req.session))
         if self.on_done:
             self.on_done()
 
@@ -135,7 +137,7 @@ class Recorder:
 
 def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None) -> Record:
     """The record of one logged exchange, once decoded."""
-    return to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category), x.raw, d, t0_ns=x.t0_ns, level=x.level,
+    return to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category, x.session), x.raw, d, t0_ns=x.t0_ns, level=x.level,
                      ready_ns=x.ready_ns, intended_ns=x.intended_ns, prompt_overhead=prompt_overhead)
 
 

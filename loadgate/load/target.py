@@ -24,6 +24,7 @@ from loadgate.load.plan import PlannedRequest
 from loadgate.load.sse import DEFAULT_MAX_EVENT, EventTooLarge, SSEEvent, frame_sse
 from loadgate.load.transport import READ_SIZE, Conn, Limits, Pool, Refused, parse_response
 from loadgate.load.turns import LOOP_TURNS, resolved
+from loadgate.load.workload.sessions import as_messages, as_text
 from loadgate.net.http import SessionSettings, TlsFiles
 from loadgate.secrets import register, registered
 
@@ -52,6 +53,7 @@ class TargetSpec:
     warmup_requests: int = 0  # the plan's warmup requests come first: measured request k is plan index k + this
     request: RequestSettings = field(default_factory=RequestSettings)  # load.request (measured requests)
     seed: int = 0  # the profile's seed: per-request sampling seeds come from it
+    sessions_header: str = ""  # workload.sessions.header: the conversation id's header ("": none)
 
 
 def target_spec(profile: Profile, settings: SessionSettings, base: str, model: str, *, timeout_s: float,
@@ -64,7 +66,8 @@ def target_spec(profile: Profile, settings: SessionSettings, base: str, model: s
                       max_event_bytes=int(lim.max_event_mb * 2**20), idle_timeout_s=lim.idle_timeout_s,
                       secrets=registered(), extra_body=dict(settings.extra_body),
                       extra_body_written=dict(profile.target.extra_body), seed=profile.seed,
-                      warmup_requests=profile.load.warmup_requests, **kw)
+                      warmup_requests=profile.load.warmup_requests,
+                      sessions_header=profile.workload.sessions.header if profile.workload.sessions else "", **kw)
 
 
 @dataclass
@@ -136,17 +139,19 @@ async def _until_done(conn: Conn, done: asyncio.Future[None], idle_s: float | No
                 return
 
 
-async def fetch(t: LiveTarget, body: bytes, request_id: str) -> Raw:
-    return await (fetch_socket(t, body, request_id) if t.pool is not None else fetch_aiohttp(t, body, request_id))
+async def fetch(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None) -> Raw:
+    """POST `body` (with this request's own `headers`, e.g. a conversation's session header)."""
+    return await (fetch_socket(t, body, request_id, headers) if t.pool is not None else
+                  fetch_aiohttp(t, body, request_id, headers))
 
 
-async def fetch_socket(t: LiveTarget, body: bytes, request_id: str) -> Raw:
+async def fetch_socket(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None) -> Raw:
     """POST over the raw transport: each socket read is stamped in `data_received` before any
     parsing; headers and chunked framing are parsed after the exchange (`finish_socket`)."""
     assert t.pool is not None
     pool = t.pool
     raw = Raw(start_ns=perf_counter_ns())
-    wire = pool.request_bytes(body, {"x-request-id": request_id, **t.spec.headers})
+    wire = pool.request_bytes(body, {"x-request-id": request_id, **t.spec.headers, **(headers or {})})
     conn = None
     try:
         async with asyncio.timeout(t.spec.timeout_s):
@@ -224,14 +229,15 @@ def finish_socket(raw: Raw, trust_wakes: bool = True) -> None:
     raw.socket_reads = None
 
 
-async def fetch_aiohttp(t: LiveTarget, body: bytes, request_id: str) -> Raw:
+async def fetch_aiohttp(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None) -> Raw:
     """POST `body` with aiohttp and keep every read with its arrival stamp."""
     raw = Raw(start_ns=perf_counter_ns())
     reads = raw.reads
     try:
         async with asyncio.timeout(t.spec.timeout_s):
             async with t.session.post(t.url, data=body, headers={
-                    "content-type": "application/json", "x-request-id": request_id, **t.spec.headers}) as resp:
+                    "content-type": "application/json", "x-request-id": request_id, **t.spec.headers,
+                    **(headers or {})}) as resp:
                 raw.headers_ns = perf_counter_ns()
                 raw.status = resp.status
                 readany = resp.content.readany
@@ -348,15 +354,20 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw, max_event_bytes: int 
 
 def body_for(t: LiveTarget, req: PlannedRequest) -> bytes:
     s = t.spec
-    ids, text = req.prompt_ids, req.prompt_text
+    ids, text, messages = req.prompt_ids, req.prompt_text, req.messages
     if ids is not None and s.pool_text is not None:  # a text-only API: send the ids' exact text
         text = "".join(s.pool_text[i] for i in ids)
         ids = None
+    if req.exchange is not None:  # a conversation's turn: its history and new turn
+        if t.adapter.chat:
+            messages = tuple(as_messages(req.messages or (), req.exchange, s.pool_text))
+        else:
+            text, messages = as_text(req.messages or (), req.exchange, s.pool_text), None
     r = s.request
     sampling = Sampling(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
                         seed=request_seed(s.seed, req.i, req.warmup, s.warmup_requests) if r.seed == "per_request"
                         else None)
-    g = GenRequest(max_tokens=req.output_len, prompt_ids=ids, prompt_text=text, messages=req.messages,
+    g = GenRequest(max_tokens=req.output_len, prompt_ids=ids, prompt_text=text, messages=messages,
                    stream=s.stream, ignore_eos=r.ignore_eos, stop=r.stop, sampling=sampling)
     return orjson.dumps(merged_body(t.adapter.build_body(g, s.model), s.extra_body))
 

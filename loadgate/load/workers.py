@@ -38,6 +38,7 @@ from loadgate.load.executors import NEVER, ClosedLoop, Concurrency, LoadLevel, O
 from loadgate.load.health import HealthMonitor
 from loadgate.load.plan import Plan, PlannedRequest, build_plan
 from loadgate.load.recorder import Recorder
+from loadgate.load.session_loops import send_conversations
 from loadgate.load.target import LiveTarget, TargetSpec, body_for
 from loadgate.load.turns import LOOP_TURNS
 from loadgate.load.workload.dataset import Prepared
@@ -71,6 +72,8 @@ def prebuild(target: LiveTarget, plan: Plan, indices: Iterable[int], budget: int
     out: dict[int, bytes] = {}
     used = 0
     for k in indices:
+        if not plan.static(k):  # a later turn of a conversation's actual history: built when it is sent
+            continue
         b = body_for(target, plan[k])
         used += len(b)
         if used > budget or len(out) >= count:
@@ -102,7 +105,14 @@ async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorde
     gc.disable()
     failed: BaseException | None = None
     try:
-        if isinstance(phase.loop, Rate):
+        if plan.conversations and not phase.warmup:  # conversations: turn after turn (load.session_loops)
+            first = phase.indices.start  # the shared counter counts conversations from here
+            await send_conversations(
+                target, plan, phase.loop, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns,
+                concurrency=concurrency, start_ns=start_ns, mine=mine, stop_at_ns=stop, stop=stop_flag,
+                next_conversation=None if next_index is None else
+                lambda: None if (k := next_index()) is None else k - first)
+        elif isinstance(phase.loop, Rate):
             await OpenLoop(phase.loop.per_s, start_ns or perf_counter_ns(), phase.loop.max_in_flight, stop,
                            stop_flag).run(target, (plan[k] for k in phase.indices if mine(k)), recorder,
                                           run_tag=phase.run_tag, t0_ns=phase.t0_ns)
@@ -322,6 +332,8 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
             while (msg := await loop.run_in_executor(None, inbox.get)) is not None:
                 phase, part = msg
                 end = phase.indices.stop
+                if plan.conversations and not phase.warmup:  # the counter draws conversations, not requests
+                    end = phase.indices.start + len(plan.conversations)
 
                 def next_index(end: int = end) -> int | None:
                     with counter.get_lock():

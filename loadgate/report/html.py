@@ -14,12 +14,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from loadgate.analysis.summary import LevelSummary, Summary, build_summary
+from loadgate.analysis.summary import GROUP_FIELDS, LevelSummary, Summary, build_summary
 from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
 from loadgate.report import plots
-from loadgate.report.table import fmt, trace_line
+from loadgate.report.table import conversation_lines, fmt, trace_line
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 1.5em auto;
@@ -109,6 +109,7 @@ def _level_facts(s: LevelSummary, trace: dict[str, Any] | None = None) -> str:
         hits = (s.prefix_cache or {}).get("hit_rate")
         items.insert(0, escape(trace_line(trace)) + (f"; the server's prefix-cache hit rate {hits:.1%}"
                                                      if hits is not None else ""))
+    items += [escape(line) for line in conversation_lines(s)]
     for msg in s.invalid:
         items.append(f'<span class="bad">INVALID: {escape(msg)}</span>')
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
@@ -190,7 +191,7 @@ def _page(title: str, body: str) -> str:
 def _tables(summary: Summary, *, side_by_side: bool = False) -> str:
     """Each level's facts and metric table; levels side by side (wrapping) when asked."""
     load = summary.load
-    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s, summary.trace)}{level_table_html(s)}{group_table_html(s)}</div>"
+    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s, summary.trace)}{level_table_html(s)}{''.join(group_table_html(s, f) for f in GROUP_FIELDS)}</div>"
               for lv, s in summary.levels.items()]
     return f'<div class="cols">{"".join(blocks)}</div>' if side_by_side else "".join(blocks)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from loadgate.analysis.summary import Acceptance, LevelSummary, Summary, TokenCounts
+from loadgate.analysis.summary import GROUP_FIELDS, Acceptance, LevelSummary, Summary, TokenCounts
 from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.records import Damage
 
@@ -63,7 +63,30 @@ def group_table(s: LevelSummary, field: str = "category") -> str:
                     "THE " + field.upper() + " FIGURES DO NOT ADD UP to the level's /metrics counters")
                    + f": {vals} (relative difference {au['relative_difference']:.2%}, tolerance {au['tolerance']:.0%}; "
                    "counters cannot be split by " + field + ", so acceptance by " + field + " is from per-request fields)")
+    cached = [(value, c) for value, f in g["by"].items() if (c := f.get("cached_tokens"))]
+    if cached:
+        out.append(f"cached prompt tokens per request by {field} (the engine's per-request usage; /metrics counters "
+                   "cannot be split by " + field + "): " + " · ".join(
+                       f"{field + ' ' if field == 'turn' else ''}{value} {fmt(c['mean'], 1)} of "
+                       f"{fmt(c['prompt_tokens_mean'], 1)}" for value, c in cached))
     return "\n".join(out)
+
+
+def conversation_lines(s: LevelSummary) -> list[str]:
+    """The level's conversations: counts, then each one that ended early (its failed turn and the turns
+    not sent); [] without conversations."""
+    c = s.conversations
+    if not c:
+        return []
+    out = [f"conversations: {c['conversations']} begun, {c['complete']} with every turn sent, {c['turns_sent']} turns "
+           f"sent, {c['not_sent']} not sent"]
+    for b in c["broken"]:
+        a, z = b["not_sent"]
+        why = f"turn {b['turn']} failed ({b['error']})" if b["error"] else f"the run stopped after turn {b['turn']}"
+        out.append(f"conversation {b['conversation']}: {why}, turns {a}–{z} not sent")
+    if c["ended_early"] > len(c["broken"]):
+        out.append(f"… and {c['ended_early'] - len(c['broken'])} more conversations that ended early")
+    return out
 
 
 def _acceptance_lines(a: Acceptance) -> list[str]:
@@ -164,8 +187,10 @@ def render_summary(summary: Summary) -> str:
             out.append(f"goodput {fmt(g.goodput_rps, 2)} req/s ({g.fraction:.1%} of requests met "
                        + ", ".join(f"{k} <= {v:g}" for k, v in g.slo_ms.items()) + ")")
         out += _acceptance_lines(s.acceptance)
-        if s.groups:
-            out.append(group_table(s))
+        for field in GROUP_FIELDS:
+            if (s.groups or {}).get(field):
+                out.append(group_table(s, field))
+        out += conversation_lines(s)
         cc = s.contamination
         if cc:
             out.append(("contamination check passed" if cc["clean"] else "CONTAMINATION") +

@@ -20,7 +20,7 @@ from loadgate.analysis.abstats import (
     figures,
     request_level,
 )
-from loadgate.analysis.summary import GROUP_FIELDS, Summary, build_summary
+from loadgate.analysis.summary import GROUP_FIELDS, Summary, build_summary, group_value
 from loadgate.errors import UsageError
 from loadgate.jsonutil import clean, load_json
 from loadgate.records import Record, read_records
@@ -268,7 +268,7 @@ def _single_comparisons(a: Path, b: Path) -> dict[str, dict[str, FigureCompariso
             for v in group_values([sa.levels[lv]], [sb.levels[lv]], field):
                 out[group_key(lv, field, v)] = _single(
                     group_of(sa.levels[lv], field, v), group_of(sb.levels[lv], field, v),
-                    [r for r in la if getattr(r, field) == v], [r for r in lb if getattr(r, field) == v],
+                    [r for r in la if group_value(r, field) == v], [r for r in lb if group_value(r, field) == v],
                     skip=WINDOW_FIGURES)
     return out
 

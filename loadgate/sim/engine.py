@@ -187,7 +187,9 @@ class SimEngine:
         prompt_tokens = sum(s.n_prompt for s in new)
         self.counters.prompt_tokens += prompt_tokens
         if self.prefix_cache is not None and new:
-            hits = sum(self.prefix_cache.admit(s.params.prompt_ids) for s in new)
+            for s in new:
+                s.cached_tokens = self.prefix_cache.admit(s.params.prompt_ids)
+            hits = sum(s.cached_tokens for s in new)
             self.counters.prefix_cache_queries += prompt_tokens
             self.counters.prefix_cache_hits += hits
             prompt_tokens -= hits  # cached blocks are not prefilled again

@@ -56,6 +56,8 @@ class OpenAIFormatter:
         if full:
             u["prompt_tokens_details"] = None
             u["completion_tokens_details"] = None
+        if self.opts.prompt_tokens_details:  # as vLLM with --enable-prompt-tokens-details
+            u["prompt_tokens_details"] = {"cached_tokens": self.seq.cached_tokens}
         return u
 
     def _head(self, obj: str) -> dict[str, Any]:

@@ -34,6 +34,7 @@ class OpenAIOptions:
     return_token_ids: bool = False
     tokens_as_ids: bool = False
     reasoning_tokens: int = 0  # chat: the first N output tokens stream as `delta.reasoning_content`
+    prompt_tokens_details: bool = False  # usage carries prompt_tokens_details.cached_tokens
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def parse_completion(body: dict[str, Any], cfg: SimConfig, tk: Tokenizer) -> tup
         temperature=_temperature(body, 1e-5), seed=body_field(body, "seed", int, None),
         logprobs=_int(body, "logprobs", None, 0, MAX_LOGPROBS),
         skip_special_tokens=body_field(body, "skip_special_tokens", bool, True))
-    return params, _openai_options(body)
+    return params, dataclasses.replace(_openai_options(body), prompt_tokens_details=cfg.prompt_tokens_details)
 
 
 def parse_chat(body: dict[str, Any], cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, OpenAIOptions]:
@@ -198,7 +199,8 @@ def parse_chat(body: dict[str, Any], cfg: SimConfig, tk: Tokenizer) -> tuple[Gen
         skip_special_tokens=body_field(body, "skip_special_tokens", bool, True))
     kwargs = body_field(body, "chat_template_kwargs", dict, {})
     thinking = body_field(kwargs, "enable_thinking", bool, True)  # as Qwen3's template reads it
-    return params, dataclasses.replace(_openai_options(body), reasoning_tokens=cfg.reasoning_tokens if thinking else 0)
+    return params, dataclasses.replace(_openai_options(body), reasoning_tokens=cfg.reasoning_tokens if thinking else 0,
+                                       prompt_tokens_details=cfg.prompt_tokens_details)
 
 
 def parse_generate(body: dict[str, Any], cfg: SimConfig, tk: Tokenizer) -> tuple[GenParams, SglangOptions]:

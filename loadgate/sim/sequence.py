@@ -89,7 +89,7 @@ class Sequence:
                  "sample_seed", "output_ids", "context", "finished", "aborted", "counted",
                  "finish_reason", "stop_reason", "pending", "_decoder", "_tail", "_hold", "_step_ids",
                  "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "_ascii", "sink", "flips",
-                 "flip_batches")
+                 "flip_batches", "cached_tokens")
 
     def __init__(self, params: GenParams, tokenizer: Tokenizer, context_hash: int,
                  spec: SpecProgress | None = None, jitter: int = 0, run_to_run_armed: bool = False,
@@ -102,6 +102,7 @@ class Sequence:
         self.run_to_run_armed = run_to_run_armed
         self.sample_seed = sample_seed
         self.output_ids: list[int] = []
+        self.cached_tokens = 0  # prompt tokens the prefix cache served (set when the engine admits it)
         self.flips: list[int] = []  # output positions where the runner-up was emitted (ground truth)
         self.flip_batches: list[int] = []  # the engine step's batch size at each of those positions
         self.context: list[int] = list(params.prompt_ids)

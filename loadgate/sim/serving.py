@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -162,7 +163,11 @@ async def handle_generation(request: web.Request, state: SimState,
         return e.response(error_style)
     rec = state.truth.begin(rid, index, request.path, job.stream, arrival_ns)
     rec.prompt_tokens = len(job.params.prompt_ids)
+    rec.session = request.headers.get(state.cfg.session_header) if state.cfg.session_header else None
+    rec.body_hash = hashlib.blake2b(await request.read(), digest_size=16).hexdigest()  # read() keeps the body
     rec.params = {k: v for k, v in body.items() if k not in PROMPT_KEYS}
+    if state.cfg.truth_prompts:
+        rec.prompt = {k: v for k, v in body.items() if k in PROMPT_KEYS and k != "tools"}
     plan = plan_faults(state.cfg.faults, state.cfg.seed, index, job.stream)
     rec.faults = plan.names
     headers = {"x-request-id": rid}
@@ -187,6 +192,7 @@ async def handle_generation(request: web.Request, state: SimState,
         if not seq.counted and not state.cfg.faults.ignore_disconnect:
             state.engine.abort(seq)
         rec.finish_reason = seq.finish_reason
+        rec.cached_tokens = seq.cached_tokens
         rec.flips = list(seq.flips)
         rec.flip_batches = list(seq.flip_batches)
         rec.end_ns = time.perf_counter_ns()

@@ -64,7 +64,7 @@ class GenerateFormatter:
         n = len(self.ids)
         meta: dict[str, Any] = {"id": self.id, "finish_reason": self._finish(out),
                                 "prompt_tokens": self.seq.n_prompt, "completion_tokens": n,
-                                "cached_tokens": 0}
+                                "cached_tokens": self.seq.cached_tokens}
         if self.opts.return_logprob:
             meta["output_token_logprobs"] = list(self.lps)
             meta["output_top_logprobs"] = list(self.tops)

@@ -22,6 +22,12 @@ One `RequestTruth` per request that reached a generation route (`/v1/completions
   params             the request body less its prompt (prompt, messages, input_ids, text, tools):
                      every other key as the client sent it (sampling, stops, extra body keys)
   reasoning_tokens   of completion_tokens, those streamed as reasoning (`target.sim.reasoning_tokens`)
+  session            the value of the request's session header (`session_header`, default
+                     x-session-id), None without one
+  prompt             with `truth_prompts`: the body's prompt keys as sent (prompt, messages,
+                     input_ids, text); None without
+  body_hash          blake2b (16 bytes, hex) of the request body's bytes as received
+  cached_tokens      prompt tokens the prefix cache served (0 with the cache off)
   chunks             one `ChunkTruth` per SSE event written (or one for a whole non-stream body):
       send_ns    `perf_counter_ns()` when the bytes went to the socket (see serving.py); with
                  `stream_events: per_token`, just after the write that carried them, on both paths
@@ -83,6 +89,10 @@ class RequestTruth:
     flip_batches: list[int] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     reasoning_tokens: int = 0
+    session: str | None = None
+    prompt: dict[str, Any] | None = None
+    body_hash: str = ""
+    cached_tokens: int = 0
     _send_ns: list[int] = field(default_factory=list)
     _write_ns: list[int] = field(default_factory=list)  # (begin, end) pairs, flat
     _kinds: list[str] = field(default_factory=list)

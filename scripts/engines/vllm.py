@@ -118,7 +118,10 @@ def argv_for(v: Variant, target_dir: str, draft_dir: str | None, port: int) -> l
             "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
             "--dtype", v.dtype, "--max-model-len", str(MAX_MODEL_LEN), "--seed", "0",
             "--enable-auto-tool-choice", "--tool-call-parser", TOOL_CALL_PARSER,
-            "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
+            "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+            # usage.prompt_tokens_details.cached_tokens per request (conversations' cached tokens by turn);
+            # it changes no output
+            "--enable-prompt-tokens-details"]
     if v.enforce_eager:
         argv.append("--enforce-eager")
     if v.max_num_seqs is not None:

@@ -197,22 +197,26 @@ def test_timestamps_are_read_only_for_a_timed_replay(tmp_path):
         t.timed(Window())
 
 
+def refused(tmp: Path, capsys: Any, line: dict[str, Any], workload: str, load: str) -> str:
+    """`validate`'s one line (exit 2) for a trace of `line` and the profile's sections as given."""
+    (tmp / "t.jsonl").write_text(json.dumps(line) + "\n")
+    (tmp / "p.yaml").write_text(f"target:\n  endpoint: http://127.0.0.1:9\nworkload:\n{workload}load:\n{load}")
+    assert main(["validate", str(tmp / "p.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
 def test_a_mooncake_lines_own_key_is_named(tmp_path, capsys):
-    (tmp_path / "t.jsonl").write_text(json.dumps({"timestamp": 0, "input_length": 10.5, "output_length": 4,
-                                                  "hash_ids": [1]}) + "\n")
-    (tmp_path / "p.yaml").write_text("target:\n  endpoint: http://127.0.0.1:9\nworkload:\n  dataset:\n"
-                                     "    path: t.jsonl\nload:\n  schedule: trace\n")
-    assert main(["validate", str(tmp_path / "p.yaml")]) == 2
-    assert "t.jsonl:1: input_length: expected an integer >= 1, got 10.5" in capsys.readouterr().err
+    err = refused(tmp_path, capsys, {"timestamp": 0, "input_length": 10.5, "output_length": 4, "hash_ids": [1]},
+                  "  dataset:\n    path: t.jsonl\n", "  schedule: trace\n")
+    assert "t.jsonl:1: input_length: expected an integer >= 1, got 10.5" in err
 
 
 def test_duration_s_is_refused_with_a_timed_trace(tmp_path, capsys):
-    (tmp_path / "t.jsonl").write_text(json.dumps({"timestamp": 0, "input_len": 4, "output_len": 2}) + "\n")
-    (tmp_path / "p.yaml").write_text("target:\n  endpoint: http://127.0.0.1:9\nworkload:\n  dataset:\n"
-                                     "    path: t.jsonl\nload:\n  schedule: trace\n  duration_s: 30\n")
-    assert main(["validate", str(tmp_path / "p.yaml")]) == 2
-    err = capsys.readouterr().err
-    assert "load.duration_s" in err and "load.trace_length_s" in err and len(err.strip().splitlines()) == 1
+    err = refused(tmp_path, capsys, {"timestamp": 0, "input_len": 4, "output_len": 2},
+                  "  dataset:\n    path: t.jsonl\n", "  schedule: trace\n  duration_s: 30\n")
+    assert "load.duration_s" in err and "load.trace_length_s" in err
 
 
 def test_two_workers_replay_every_request_of_the_window_at_its_time(sim, tmp_path):
@@ -257,3 +261,9 @@ def test_a_jsonl_dataset_with_timestamps_is_replayed_at_them(sim, tmp_path, caps
 
 
 MS = 1_000_000
+
+
+def test_conversations_are_refused_with_a_timed_schedule(tmp_path, capsys):
+    err = refused(tmp_path, capsys, {"timestamp": 0, "input_len": 4, "output_len": 2}, "  sessions:\n    turns: 3\n",
+                  "  schedule: trace\n")
+    assert "load.schedule" in err and "conversations send each turn" in err

@@ -132,3 +132,21 @@ def test_logprobs_survive_a_null_top_list_and_bad_timings_are_no_counts():
                          "timings": {"draft_n": "x", "draft_n_accepted": 1}})
     d = adapter_for("llamacpp-openai-completions").decode_body(1, body)
     assert d.spec is not None and d.spec.draft_tokens is None and d.spec.accepted == 1
+
+
+def test_vllm_reports_the_cached_prompt_tokens_in_the_final_usage_streamed_or_whole():
+    """vLLM with --enable-prompt-tokens-details: a prompt sent again had 256 of its 300 tokens from the
+    prefix cache; the continuous usage of earlier chunks says nothing of it, the final usage does."""
+    a = adapter_for("openai-completions")
+    d = a.decode_stream(_events("vllm-cpu", "completions_stream_cached_tokens.sse"))
+    assert d.error is None and d.cached_tokens == 256 and d.prompt_tokens == 300 and d.completion_tokens == 8
+    body = fixture_file("vllm-cpu", "completions_nonstream_cached_tokens.json").read_bytes()
+    assert a.decode_body(0, body).cached_tokens == 256
+    # without the flag vLLM sends no details: not said, never 0
+    assert a.decode_stream(_events("vllm-cpu", "completions_stream_prompt_ids.sse")).cached_tokens is None
+
+
+def test_sglang_reports_the_cached_prompt_tokens_in_meta_info():
+    a = adapter_for("sglang")
+    assert a.decode_body(0, fixture_file("sglang-cpu", "greedy_a.json").read_bytes()).cached_tokens == 1
+    assert a.decode_stream(sse_events(fixture_file("sglang-cpu", "generate_stream.txt"))).cached_tokens == 0

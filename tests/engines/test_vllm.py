@@ -361,6 +361,48 @@ def test_vllm_runs_from_each_dataset_format_at_the_rows_own_lengths(fmt, servers
         assert d["distinct_rows"] == n and {r["category"] for r in recs} == {r["category"] for r in rows}
 
 
+def test_vllm_conversation_turns_carry_the_replies_and_meet_more_of_the_prefix_cache_each_turn(
+        servers, tmp_path, engine_logs, capsys):
+    """Three-turn conversations (history: actual, the default of a single run): vLLM's own prompt count
+    of each turn is the whole history, the earlier turns and its own 48-token replies included
+    (160, 160 + 48 + 160, ...), and the prompt tokens it says its prefix cache served
+    (usage.prompt_tokens_details.cached_tokens, --enable-prompt-tokens-details) rise with the turn."""
+    srv = servers.get("ngram")
+    got = _dataset_run(srv, tmp_path, "conv", {
+        "requests": 4, "input_len": {"dist": "fixed", "value": 160}, "output_len": {"dist": "fixed", "value": 48},
+        "sessions": {"turns": 3}}, concurrency=2)
+    recs = [r for r in got["records"] if not r["warmup"]]
+    assert len(recs) == 12 and all(r["error"] is None for r in recs)
+    assert sorted({(r["conversation"], r["turn"]) for r in recs}) == [(c, t) for c in range(4) for t in (1, 2, 3)]
+    for r in recs:
+        assert r["prompt_tokens"] == r["prompt_tokens_planned"] == 160 + (r["turn"] - 1) * 208, r
+        assert r["completion_tokens"] == 48 and r["cached_tokens"] is not None
+    by_turn = got["summary"]["levels"]["2"]["groups"]["turn"]["by"]
+    cached = [by_turn[str(t)]["cached_tokens"]["mean"] for t in (1, 2, 3)]
+    assert cached[0] == 0 < cached[1] < cached[2], cached
+    assert all(r["cached_tokens"] < r["prompt_tokens"] for r in recs)
+    assert main(["report", str(got["run"])]) == 11
+    out = capsys.readouterr().out
+    assert "cached prompt tokens per request by turn" in out and "conversations: 4 begun, 4 with every turn sent" in out
+    # the chat API: messages of the earlier turns and vLLM's own replies as assistant turns, counted by vLLM
+    doc = yaml.safe_load((tmp_path / "conv.yaml").read_text())
+    doc["target"]["api"], doc["output"]["run_id"], doc["name"] = "openai-chat", "conv-chat", "conv-chat"
+    (tmp_path / "conv-chat.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["run", "-q", "--unverified", str(tmp_path / "conv-chat.yaml")]) == 11
+    chat = [json.loads(line) for line in (tmp_path / "out" / "conv-chat" / "records.jsonl").read_text().splitlines()]
+    assert len(chat) == 12 and all(r["error"] is None and r["cached_tokens"] is not None for r in chat)
+    per_turn = {t: sorted(r["prompt_tokens"] for r in chat if r["turn"] == t) for t in (1, 2, 3)}
+    # each turn's prompt holds the one before it and a 48-token reply (and the template's few tokens)
+    assert all(b + 48 + 150 < c for t in (1, 2) for b, c in zip(per_turn[t], per_turn[t + 1], strict=True)), per_turn
+    chat_cached = [sum(r["cached_tokens"] for r in chat if r["turn"] == t) / 4 for t in (1, 2, 3)]
+    assert chat_cached[0] == 0 < chat_cached[1] < chat_cached[2], chat_cached
+    capsys.readouterr()
+    note(engine_logs, test="conversations", cached_tokens_mean_by_turn=cached,
+         prompt_tokens_by_turn=[by_turn[str(t)]["cached_tokens"]["prompt_tokens_mean"] for t in (1, 2, 3)],
+         chat_cached_tokens_mean_by_turn=chat_cached,
+         chat_prompt_tokens_by_turn={t: sum(v) / len(v) for t, v in per_turn.items()})
+
+
 def test_vllm_ngram_acceptance_is_higher_on_prompts_that_hold_their_own_continuation(servers, tmp_path, engine_logs,
                                                                                        capsys):
     """The repetitive category as the tiny model needs it: each prompt is the first 64 tokens of a

@@ -31,7 +31,7 @@ ADDED: tuple[str, ...] = (
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
     r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
-    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "request": \{', r'      "groups": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "request": \{', r'      "groups": null,', r'      "conversations": null,', r'      "cached_tokens": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
 )
 
 
@@ -253,7 +253,7 @@ def test_a_version_2_run_whose_loop_lagged_stays_invalid(tmp_path, capsys):
 
 
 def test_compare_says_ttft_changed_definition_between_records_v6_and_v7_of_a_chat_api(tmp_path, capsys):
-    """A chat run's folder as records v6 wrote it, and the same records written as v7: compare names
+    """A chat run's folder as records v6 wrote it, and the same records written today (v7 or later): compare names
     the older side and says how ttft's definition moved; two v7 folders, or a completions run, say
     nothing."""
     import shutil
@@ -265,7 +265,7 @@ def test_compare_says_ttft_changed_definition_between_records_v6_and_v7_of_a_cha
     shutil.copytree(old, new)
     recs = list(read_records(old / "records.jsonl", include_warmup=True))
     (new / "records.jsonl").write_bytes(b"".join(r.to_json() for r in recs))
-    assert (new / "records.jsonl").read_bytes().startswith(b'{"v":7,')
+    assert (new / "records.jsonl").read_bytes().startswith(b'{"v":%d,' % SCHEMA_VERSION) and SCHEMA_VERSION >= 7
     finish(new)
     assert main(["compare", str(old), str(new)]) == 0
     out = capsys.readouterr().out
@@ -277,3 +277,27 @@ def test_compare_says_ttft_changed_definition_between_records_v6_and_v7_of_a_cha
     v5 = RUNS.parent / "runs-v5" / "single"  # records v5 of a completions API: no reasoning to tell apart
     assert main(["compare", str(v5), str(new)]) == 0
     assert "definition changed" not in capsys.readouterr().out
+
+
+def test_a_version_7_run_folder_is_read_without_conversations_and_judged_as_then(capsys):
+    """Records of schema v7 (no `conversation`, `turn`, `turns`, `cached_tokens`) and a summary of version 7
+    (a chat run): every record reads with none of them, the summary rebuilds with the same figures and
+    no conversations or turn groups, and `report` gives the code that run's verdict.json holds."""
+    from loadgate.analysis.summary import Summary, build_summary
+    from loadgate.jsonutil import load_json
+
+    run = RUNS.parent / "runs-v7" / "chat"
+    assert (run / "records.jsonl").read_bytes().startswith(b'{"v":7,')
+    recs = list(read_records(run / "records.jsonl", include_warmup=True))
+    assert len(recs) == 28 and all(r.conversation is r.turn is r.turns is r.cached_tokens is None for r in recs)
+    old = load_json(run / "summary.json")
+    assert old["summary_version"] == 7 and "conversations" not in old["levels"]["4"]
+    s, again = Summary.from_json(old), build_summary(run)
+    assert s.summary_version == 7 and s.levels["4"].conversations is None
+    for name, m in s.levels["4"].metrics.items():
+        assert again.levels["4"].metrics[name] == m, name
+    assert again.levels["4"].conversations is None and again.levels["4"].groups is None
+    code = load_json(run / "verdict.json")["code"]
+    assert main(["report", str(run)]) == code == 0
+    out = capsys.readouterr().out
+    assert "by turn" not in out and "conversations:" not in out

@@ -114,6 +114,14 @@ class Decoded:
     # Token counts the server sent that no server can mean (a bool, a negative, a fraction, a
     # string, a number beyond any context): by name, as received (`server_count`).
     counts_received: dict[str, Any] = field(default_factory=dict)
+    # Prompt tokens the engine's prefix cache served, where the response says (vLLM's
+    # usage.prompt_tokens_details.cached_tokens, SGLang's meta_info.cached_tokens); None: not said.
+    cached_tokens: int | None = None
+
+
+def cached_count(v: Any) -> int | None:
+    """A cached-token count as sent: a non-negative integer, else None (not said, or not a count)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 class EngineAdapter(Protocol):

@@ -19,11 +19,19 @@ from loadgate.engine.adapters.base import (
     PromptTokenize,
     SpecCounts,
     TokenSource,
+    cached_count,
     iter_objects,
     load_payload,
     server_count,
     timings_spec,
 )
+
+
+def _cached(usage: dict[str, Any]) -> int | None:
+    """`usage.prompt_tokens_details.cached_tokens` (vLLM with --enable-prompt-tokens-details), else None."""
+    details = usage.get("prompt_tokens_details")
+    return cached_count(details.get("cached_tokens")) if isinstance(details, dict) else None
+
 
 _RANK: dict[TokenSource, int] = {"ids": 0, "usage": 1, "meta_info": 1, "logprobs": 2, "one_per_chunk": 3}
 
@@ -169,6 +177,7 @@ class _OpenAIBase(PromptTokenize):
             if isinstance(usage, dict):
                 if "prompt_tokens" in usage:
                     d.prompt_tokens = server_count(d, "prompt_tokens", usage["prompt_tokens"])
+                d.cached_tokens = _cached(usage) if _cached(usage) is not None else d.cached_tokens
                 ct = server_count(d, "completion_tokens", usage.get("completion_tokens"))
                 if ct is not None:
                     usage_delta = ct - last_completion
@@ -237,6 +246,7 @@ class _OpenAIBase(PromptTokenize):
         usage = obj.get("usage") or {}
         d.prompt_tokens = server_count(d, "prompt_tokens", usage.get("prompt_tokens"))
         d.completion_tokens = server_count(d, "completion_tokens", usage.get("completion_tokens"))
+        d.cached_tokens = _cached(usage)
         d.system_fingerprint = obj.get("system_fingerprint")
         d.spec = _spec_from_metrics(obj)
         choices = obj.get("choices") or []

@@ -22,6 +22,7 @@ from loadgate.engine.adapters.base import (
     Introspection,
     PromptTokenize,
     SpecCounts,
+    cached_count,
     iter_objects,
     load_payload,
     models_context_length,
@@ -87,6 +88,7 @@ class SGLangGenerate(PromptTokenize):
         if "completion_tokens" in meta:
             d.completion_tokens = server_count(d, "completion_tokens", meta["completion_tokens"])
         d.finish_reason = _finish(meta) or d.finish_reason
+        d.cached_tokens = cached_count(meta.get("cached_tokens"))
         d.spec = _spec(meta) or d.spec
         if lps:
             d.logprobs = [e[0] if isinstance(e, (list, tuple)) and e else None for e in lps]

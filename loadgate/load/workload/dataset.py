@@ -483,11 +483,12 @@ class Rows:
 
 
 def open_rows(profile: Profile) -> Rows | None:
-    """The profile's dataset, every row checked (None: no dataset, or a trace, which the plan reads)."""
+    """The profile's dataset, every row checked (None: no dataset, a trace, which the plan reads, or
+    conversations, which `loadgate.load.workload.sessions` reads)."""
     from loadgate.engine.adapters import is_chat
 
     ds = profile.workload.source
-    if ds is None or has_trace(profile):
+    if ds is None or profile.workload.sessions is not None or has_trace(profile):
         return None
     return Rows(ds, profile.resolve(ds.path), is_chat(profile.target.api), profile.workload.tokenizer != "none")
 
