@@ -83,7 +83,8 @@ def conversation_lines(s: LevelSummary) -> list[str]:
     for b in c["broken"]:
         a, z = b["not_sent"]
         why = f"turn {b['turn']} failed ({b['error']})" if b["error"] else f"the run stopped after turn {b['turn']}"
-        out.append(f"conversation {b['conversation']}: {why}, turns {a}–{z} not sent")
+        left = f"turn {a}" if a == z else f"turns {a}–{z}"
+        out.append(f"conversation {b['conversation']}: {why}, {left} not sent")
     if c["ended_early"] > len(c["broken"]):
         out.append(f"… and {c['ended_early'] - len(c['broken'])} more conversations that ended early")
     return out

@@ -255,7 +255,7 @@ def test_a_conversation_whose_second_turn_fails_keeps_its_first_and_sends_none_a
     assert convs[c][0][0].error is None and convs[c][0][0].turn == 1  # turn 1 kept
     main(["report", str(result.run_dir)])
     out = capsys.readouterr().out
-    assert f"conversation {c}: turn 2 failed (http_status: HTTP 500" in out and "turns 3–3 not sent" in out
+    assert f"conversation {c}: turn 2 failed (http_status: HTTP 500" in out and "turn 3 not sent" in out
     assert f"{36 - len(recs)} not sent" in out
     assert main(["report", "--html", str(result.run_dir)]) in (11, 30)
     html = next(result.run_dir.glob("*.html")).read_text()
