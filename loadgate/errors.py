@@ -41,7 +41,8 @@ class Exit(IntEnum):
     FINGERPRINT_DIFFERS = 12, "fingerprint", "the fingerprint differs from the saved one", \
         ("`loadgate fingerprint --against FILE`: the engine's fingerprint differs from the saved one "
          "(the fields are printed)")
-    THRESHOLD = 20, "threshold", "a performance threshold failed", "a performance threshold failed"
+    THRESHOLD = 20, "threshold", "a performance threshold failed, or the run was aborted on one", \
+        "a performance threshold failed, or the run was aborted on one (`load.abort`: ABORTED)"
     REGRESSED = 21, "regressed", "regression against baseline", "regression against the baseline"
     INCONCLUSIVE = 22, "inconclusive", "comparison inconclusive", "comparison inconclusive"
     INVALID = 30, "invalid", "measurement invalid", \

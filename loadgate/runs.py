@@ -35,6 +35,7 @@ from loadgate.errors import (
     EngineError,
     ExactnessFailed,
     ExactnessNotEstablished,
+    Exit,
     FingerprintsDiffer,
     ProfileError,
     UsageError,
@@ -231,6 +232,18 @@ class Interruption:
     flag: StopFlag = dataclasses.field(default_factory=StopFlag)
     timer: asyncio.TimerHandle | None = None
 
+    aborted: str | None = None  # the circuit breaker's words (`load.abort`)
+
+    def __post_init__(self) -> None:
+        self.flag.hook = self.on_abort
+
+    def on_abort(self, why: str) -> None:
+        """The breaker tripped in this process: as a first signal (no new request; those in flight
+        get `grace_s`, then are cut, each kept as an error of kind `aborted`)."""
+        if self.aborted is None and self.signal is None:
+            self.aborted = why
+            self.timer = asyncio.get_running_loop().call_later(self.grace_s, self._cancel)
+
     def on_signal(self, sig: int) -> None:
         if self.signal is None:
             self.signal = sig
@@ -260,7 +273,7 @@ async def interruptible(grace_s: float) -> AsyncIterator[Interruption]:
     try:
         yield intr
     except asyncio.CancelledError:
-        if intr.signal is None:
+        if intr.signal is None and intr.aborted is None:
             raise
         if intr.task is not None:
             intr.task.uncancel()
@@ -272,10 +285,13 @@ async def interruptible(grace_s: float) -> AsyncIterator[Interruption]:
 
 
 def _stopped_by(intr: Interruption, run_dir: Path) -> None:
-    if intr.signal is not None:
-        from loadgate.verdict import write_stop
+    from loadgate.verdict import write_stop
 
+    if intr.signal is not None:
         write_stop(run_dir, 128 + intr.signal, intr.words, "interrupted")
+    elif (why := intr.aborted or intr.flag.why) is not None:
+        write_stop(run_dir, int(Exit.THRESHOLD), f"aborted: {why}; the requests that finished (and those "
+                   "cut off, as errors of kind aborted) were written, the rest were not sent", "aborted")
 
 
 # --- loadgate run -------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ exactness.json, stop.json; for an A/B folder ab.json and each side's runs) and d
 that applies winning:
 
   stop.json         the gate stopped the run (exactness failed: 10; fingerprint changed: 11), or a
-                    signal did (interrupted: 130 / 143, the figures of what finished still shown)
+                    signal did (interrupted: 130 / 143, the figures of what finished still shown),
+                    or the circuit breaker (`load.abort`: aborted, 20, the figures shown too)
   incomplete   5    the run never finished (state.json is not `final`: killed, or stopped on an
                     error, whose code it keeps: 4 after a failed write); the figures of what it
                     kept (records.jsonl, workers' part files, the exchange logs) are shown
@@ -44,7 +45,8 @@ from loadgate.runstate import read_state
 VERDICT_VERSION = 2
 """2: `caveats`, what the outcome does not cover (today: speed measured under sampling that no
 sampling contract backed); version 1 files read with none."""
-OUTCOME_WORDS = {"passed": "PASSED", "invalid": "INVALID", "damaged": "DAMAGED", "interrupted": "INTERRUPTED", "unverified": "UNVERIFIED", "threshold": "FAILED",
+OUTCOME_WORDS = {"passed": "PASSED", "invalid": "INVALID", "damaged": "DAMAGED", "interrupted": "INTERRUPTED",
+                 "aborted": "ABORTED", "unverified": "UNVERIFIED", "threshold": "FAILED",
                  "regressed": "REGRESSED", "inconclusive": "INCONCLUSIVE", "exactness": "EXACTNESS FAILED",
                  "not established": "NOT ESTABLISHED", "stopped": "STOPPED",
                  "incomplete": "INCOMPLETE"}
@@ -172,7 +174,8 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
             return _incomplete_ab(run_dir, state or {})
         return _judge_ab(run_dir)
     stopped = _stopped(run_dir)
-    if stopped is not None and (stopped.outcome != "interrupted" or not (run_dir / "meta.json").exists()):
+    if stopped is not None and (stopped.outcome not in ("interrupted", "aborted")
+                                or not (run_dir / "meta.json").exists()):
         return Judgement(stopped)
     if unfinished and stopped is None and state is not None:
         return _incomplete(run_dir, state)

@@ -399,6 +399,18 @@ class RequestSettings:
 
 
 @dataclass(frozen=True)
+class Abort:
+    """A circuit breaker (`load.abort`): a measured phase whose finished requests fail at this rate
+    over a sliding window stops the run: no new request starts, those in flight get `load.grace_s`
+    and are then cut (kept as errors of kind `aborted`), and the run ends ABORTED (exit 20)."""
+
+    error_rate: float = knob(0.5, "failed share of the requests that finished in the window that aborts",
+                             exclusive_min=0.0, max=1.0)
+    window_s: float = knob(10.0, "the sliding window, seconds of the phase", exclusive_min=0.0)
+    min_requests: int = knob(10, "requests finished in the window before it is judged", min=1)
+
+
+@dataclass(frozen=True)
 class Load:
     """How to send it: closed loop (`concurrency`), open loop (`rate`), or a timed trace's own times
     (`schedule: trace`)."""
@@ -436,8 +448,10 @@ class Load:
         "an engine without either route stops the run (exit 3) before its performance phase")
     workers: int = knob(1, "client processes, each with its own event loop; raise it when the "
                         "client health check says the loop lagged", min=1, max=64)
-    grace_s: float = knob(1.0, "after SIGINT or SIGTERM, how long requests in flight may finish before they "
-                          "are cancelled (a second signal cancels at once)", min=0.0)
+    grace_s: float = knob(1.0, "after SIGINT or SIGTERM (or an abort), how long requests in flight may finish "
+                          "before they are cancelled (a second signal cancels at once)", min=0.0)
+    abort: Abort | None = knob(None, "a circuit breaker: stop the run when the measured requests fail at this "
+                               "rate over a sliding window (exit 20, ABORTED)")
 
     def check(self) -> list[tuple[str, str]]:
         """Exactly one of concurrency and rate (neither under a trace's schedule); open-loop-only knobs

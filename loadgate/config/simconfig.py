@@ -88,6 +88,9 @@ class FaultConfig:
         False, "broken engine: a request whose client has gone keeps its slot and generates to max_tokens")
     ignore_stop: bool = knob(False, "broken engine: stop strings in a request are ignored")
     ignore_seed: bool = knob(False, "broken engine: per-request seeds are ignored (sampling draws afresh)")
+    after_requests: int = knob(
+        0, "faults start after this many requests the server counted (0: from the first): a server that "
+        "breaks mid-run", min=0)
 
 
 @dataclass(frozen=True)

@@ -9,34 +9,17 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from time import perf_counter_ns
-from typing import Any
 
+from loadgate.engine.adapters.base import ErrorInfo
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.recorder import Recorder
-from loadgate.load.target import LiveTarget, body_for, fetch
+from loadgate.load.stopflag import NEVER, StopFlag
+from loadgate.load.target import LiveTarget, Raw, body_for, fetch
 from loadgate.load.turns import LOOP_TURNS
 
-
-class StopFlag:
-    """Set when the run must stop starting requests (a signal); the executors look at it before
-    each new request. Worker processes get one backed by shared memory (`multiprocessing.Value`)."""
-
-    def __init__(self, shared: Any = None) -> None:
-        self._shared = shared
-        self._set = False
-
-    def set(self) -> None:
-        self._set = True
-        if self._shared is not None:
-            self._shared.value = 1
-
-    def is_set(self) -> bool:
-        # the flag's byte is read without its lock (one byte is read whole): taking a lock shared
-        # with other processes could sleep, which the load loop would take for an idle poll
-        return self._set or (self._shared is not None and bool(self._shared.get_obj().value))
+__all__ = ["NEVER", "StopFlag"]  # here for the modules that always took them from here
 
 
-NEVER = StopFlag()
 
 
 @dataclass(frozen=True)
@@ -70,7 +53,14 @@ LoadLevel = Concurrency | Rate  # what a profile's `load.concurrency | load.rate
 async def run_one(t: LiveTarget, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
                   ready_ns: int, intended_ns: int | None) -> None:
     body = t.bodies.pop(req.i, None) or body_for(t, req)
-    raw = await fetch(t, body, f"{run_tag}-{req.i}")
+    try:
+        raw = await fetch(t, body, f"{run_tag}-{req.i}")
+    except asyncio.CancelledError:
+        if rec.stop.why is not None:  # cut off by an abort: kept, an error of its own kind
+            rec.submit(req, Raw(start_ns=ready_ns, end_ns=perf_counter_ns(), error=ErrorInfo(
+                "aborted", f"cut off by the abort: {rec.stop.why}"[:300])), t0_ns=t0_ns, level=level,
+                ready_ns=ready_ns, intended_ns=intended_ns)
+        raise
     rec.submit(req, raw, t0_ns=t0_ns, level=level, ready_ns=ready_ns, intended_ns=intended_ns)
     LOOP_TURNS.touch()  # the completion's work ran after the turn's marker and before the next poll
 

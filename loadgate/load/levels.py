@@ -18,6 +18,7 @@ from loadgate.documents import GaugeStats, HealthPhase, ServerLevel
 from loadgate.engine.adapters import metric_prefixes
 from loadgate.load.executors import Concurrency, LoadLevel, Rate, StopFlag
 from loadgate.load.plan import Plan, build_plan
+from loadgate.load.recorder import read_abort
 from loadgate.load.target import LiveTarget, TargetSpec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
 from loadgate.net.connect import Engine
@@ -93,6 +94,8 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
                     runner, stop)]
             finally:
                 gauges = await sampler.stop()
+            if (why := read_abort(workers_dir)) is not None:  # a worker's breaker (or this process's) tripped
+                stop.abort(why, now=False)
             after = await scrape(e.session, metrics_url)
             server[str(level)] = ServerLevel(  # prefix_cache_reset: the route that emptied the cache (None: not asked)
                 before=_snapshot(before), after=_snapshot(after), prefix_cache_reset=reset,

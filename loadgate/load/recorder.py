@@ -11,15 +11,21 @@ decodes it (`loadgate report`).
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from time import perf_counter_ns
 
+import orjson
+
+from loadgate.config.profile import Abort
 from loadgate.engine.adapters.base import Chunk, Decoded
 from loadgate.errors import ResultsNotWritten
 from loadgate.load.exchanges import Exchange, ExchangeLog
 from loadgate.load.exchanges import read as read_log
 from loadgate.load.plan import PlannedRequest
+from loadgate.load.stopflag import StopFlag
 from loadgate.load.target import LiveTarget, Raw, decode, early_bounds
 from loadgate.records import Record, RecordError, RecordWriter, SpecStats
 
@@ -101,8 +107,11 @@ class Recorder:
     receive loop's turns), `flush`, after the phase, decodes the log into records for `writer` and
     removes it. `log`: where the log goes (in the run folder)."""
 
-    def __init__(self, t: LiveTarget, writer: RecordWriter, on_done: Callable[[], None] | None, *, log: Path) -> None:
+    def __init__(self, t: LiveTarget, writer: RecordWriter, on_done: Callable[[], None] | None, *, log: Path,
+                 stop: StopFlag | None = None) -> None:
         self.t, self.writer, self.on_done = t, writer, on_done
+        self.stop = stop if stop is not None else StopFlag()
+        self.breaker = Breaker(t.spec.abort, writer.path.parent) if t.spec.abort is not None else None
         self.overhead = t.spec.prompt_overhead
         self.log = ExchangeLog(log, {"api": t.spec.api, "stream": t.spec.stream,
                                      "max_event_bytes": t.spec.max_event_bytes, "prompt_overhead": self.overhead})
@@ -111,6 +120,10 @@ class Recorder:
                intended_ns: int | None) -> None:
         self.log.add(Exchange(req.i, req.warmup, req.prompt_len, req.output_len, t0_ns, level, ready_ns,
                               intended_ns, raw, req.counted_len is not None, req.category, req.session))
+        if self.breaker is not None and not req.warmup and self.stop.why is None:
+            why = self.breaker.observe(raw)
+            if why is not None:
+                self.stop.abort(why)
         if self.on_done:
             self.on_done()
 
@@ -133,6 +146,54 @@ class Recorder:
             self.writer.write(exchange_record(x, d, self.overhead))
         with contextlib.suppress(OSError):
             self.log.path.unlink()
+
+
+class Breaker:
+    """The circuit breaker of `load.abort` over one client process's measured requests: each finished
+    exchange is a success or a failure as the receive loop knows it (a transport error, or a status
+    line other than 200: the body is decoded after the phase), kept for `window_s`; at
+    `min_requests` or more in the window and a failed share of `error_rate` or more it trips, once:
+    `abort.json` in the run folder names the trigger (the first process to trip writes it), and the
+    words go to the stop flag. Written here: a sliding count is all it takes."""
+
+    def __init__(self, cfg: Abort, run_dir: Path) -> None:
+        self.cfg, self.path = cfg, run_dir / "abort.json"
+        self.seen: deque[tuple[int, bool]] = deque()
+        self.failed = 0
+
+    def observe(self, raw: Raw) -> str | None:
+        now = raw.end_ns or perf_counter_ns()
+        bad = raw.error is not None or not _status_ok(raw)
+        self.seen.append((now, bad))
+        self.failed += bad
+        edge = now - int(self.cfg.window_s * 1e9)
+        while self.seen and self.seen[0][0] < edge:
+            self.failed -= self.seen.popleft()[1]
+        n = len(self.seen)
+        if n < self.cfg.min_requests or self.failed < self.cfg.error_rate * n:
+            return None
+        why = (f"load.abort: {self.failed} of the {n} requests that finished in the last {self.cfg.window_s:g} s "
+               f"failed ({self.failed / n:.0%}, limit {self.cfg.error_rate:.0%})")
+        with contextlib.suppress(OSError), open(self.path, "x") as f:  # the first process to trip names it
+            f.write(orjson.dumps({"trigger": why}).decode())
+        return why
+
+
+def _status_ok(raw: Raw) -> bool:
+    """Whether the response's status was 200, from its status line where it is not parsed yet."""
+    if raw.status is not None:
+        return raw.status == 200
+    reads = raw.socket_reads or raw.reads
+    return not reads or reads[0][1][9:12] == b"200"
+
+
+def read_abort(run_dir: Path) -> str | None:
+    """The trigger `abort.json` names, or None where no process tripped the breaker."""
+    try:
+        d = orjson.loads((run_dir / "abort.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return str(d.get("trigger")) if isinstance(d, dict) and d.get("trigger") else None
 
 
 def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None) -> Record:

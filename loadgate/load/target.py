@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from loadgate.config.profile import Profile, RequestSettings
+from loadgate.config.profile import Abort, Profile, RequestSettings
 from loadgate.engine.adapters import adapter_for
 from loadgate.engine.adapters.base import Decoded, EngineAdapter, ErrorInfo, GenRequest, Sampling, merged_body
 from loadgate.load.plan import PlannedRequest
@@ -54,6 +54,7 @@ class TargetSpec:
     request: RequestSettings = field(default_factory=RequestSettings)  # load.request (measured requests)
     seed: int = 0  # the profile's seed: per-request sampling seeds come from it
     sessions_header: str = ""  # workload.sessions.header: the conversation id's header ("": none)
+    abort: Abort | None = None  # load.abort: the circuit breaker over the measured requests
 
 
 def target_spec(profile: Profile, settings: SessionSettings, base: str, model: str, *, timeout_s: float,
@@ -67,7 +68,8 @@ def target_spec(profile: Profile, settings: SessionSettings, base: str, model: s
                       secrets=registered(), extra_body=dict(settings.extra_body),
                       extra_body_written=dict(profile.target.extra_body), seed=profile.seed,
                       warmup_requests=profile.load.warmup_requests,
-                      sessions_header=profile.workload.sessions.header if profile.workload.sessions else "", **kw)
+                      sessions_header=profile.workload.sessions.header if profile.workload.sessions else "",
+                      abort=profile.load.abort, **kw)
 
 
 @dataclass
@@ -184,6 +186,10 @@ async def fetch_socket(t: LiveTarget, body: bytes, request_id: str, headers: dic
         raw.error = ErrorInfo("disconnect", str(e))
     except OSError as e:
         raw.error = ErrorInfo("connect", str(e) or type(e).__name__)
+    except asyncio.CancelledError:  # cut off (a run stopped): the connection is closed, not kept
+        if conn is not None:
+            pool.release(conn, reusable=False)
+        raise
     raw.end_ns = perf_counter_ns()
     if conn is not None:
         raw.socket_reads = conn.reads

@@ -149,7 +149,8 @@ async def run_phase_here(target: LiveTarget, plan: Plan, phase: Phase, writer: R
                          ) -> list[dict[str, Any]]:
     """Run the phase on the current event loop; returns [health]. The caller keeps `target` open
     across a level's phases, so the measured phase reuses the connections its warmup opened."""
-    rec = Recorder(target, writer, on_done, log=log_path(writer.path.parent, phase.run_tag, writer.path.stem))
+    rec = Recorder(target, writer, on_done, log=log_path(writer.path.parent, phase.run_tag, writer.path.stem),
+                   stop=None if stop_flag is NEVER else stop_flag)
     return [await _drive(target, plan, phase, rec, concurrency=None,
                          next_index=None, start_ns=None, mine=lambda k: True, stop_flag=stop_flag)]
 
@@ -359,13 +360,14 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                 health: dict[str, Any] = {}
                 with RecordWriter(Path(part)) as writer:
                     if conc != 0:
+                        flag = StopFlag(stopping)  # the workers' shared one: a breaker that trips stops them all
                         rec = Recorder(target, writer, on_done,
-                                       log=log_path(writer.path.parent, phase.run_tag, writer.path.stem))
+                                       log=log_path(writer.path.parent, phase.run_tag, writer.path.stem), stop=flag)
                         health = await _drive(target, plan, p, rec,
                                               concurrency=conc,
                                               next_index=next_index if shared else None,
                                               start_ns=start_ns, mine=lambda k: k % n == j,
-                                              stop_flag=StopFlag(stopping), prepared=True)
+                                              stop_flag=flag, prepared=True)
                     else:  # no share of this phase: undo `prepare`
                         target.bodies = {}
                         gc.unfreeze()

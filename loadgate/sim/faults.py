@@ -57,7 +57,10 @@ class FaultPlan:
 
 
 def plan_faults(cfg: FaultConfig, seed: int, index: int, stream: bool) -> FaultPlan:
-    """Draw the faults of request `index` (0-based server counter)."""
+    """Draw the faults of request `index` (0-based server counter): none before `after_requests`."""
+    if index < cfg.after_requests:
+        return FaultPlan()
+
     def drawn(name: str) -> bool:
         rate = getattr(cfg, name)
         return bool(rate > 0 and unit(hash_ints(0xFA17, seed, index, FAULT_NAMES.index(name))) < rate)

@@ -21,7 +21,7 @@ TokenSource = Literal["ids", "usage", "meta_info", "logprobs", "one_per_chunk"]
 # cancelled: a signal stopped the run while the request was in flight.
 ErrorKind = Literal["http_status", "timeout", "disconnect", "malformed", "error_event", "connect", "empty",
                     "header_too_large", "response_too_large", "event_too_large", "memory_budget", "bad_response",
-                    "idle_timeout", "cancelled"]
+                    "idle_timeout", "cancelled", "aborted"]
 
 
 @dataclass(frozen=True, slots=True)
