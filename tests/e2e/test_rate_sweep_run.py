@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loadgate.analysis.summary import build_summary
 from loadgate.config.simconfig import SimConfig
 from loadgate.report.table import capacity_table, render_summary
@@ -11,10 +13,11 @@ from tests.simtruth import profile_for, run
 FAST = SimConfig(seed=5, decode_step_us=1000, decode_us_per_seq=20, truth_prompts=True)
 
 
-def test_a_rate_sweep_runs_each_rate_as_its_own_level_at_its_own_arrival_times(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_rate_sweep_runs_each_rate_as_its_own_level_at_its_own_arrival_times(tmp_path, workers):
     with SimProcess(FAST) as sim:
         run_dir, recs, _ = run(profile_for(sim.url, tmp_path, requests=8, rate=(20.0, 50.0), osl=4,
-                                           arrival="constant", max_in_flight=4))
+                                           arrival="constant", max_in_flight=4, workers=workers))
         truth = sim.truth_records()
     summary = build_summary(run_dir)
     assert summary.load == "rate"
