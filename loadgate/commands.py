@@ -98,7 +98,7 @@ def validate(profile: str) -> None:
             + (" (auto: recorded in an A/B)" if ss.history == "auto" and p.ab is not None else
                " (auto: actual in a single run)" if ss.history == "auto" else "")
             + (f", {p.load.concurrency} in flight" if p.load.concurrency is not None else
-               f", {p.load.rate:g} started a second"))
+               f", {'/'.join(f'{r:g}' for r in p.load.rates)} started a second"))
     for line in _sampling_power_lines(p):
         say(line)
     c = p.load.concurrency

@@ -305,7 +305,7 @@ def open_files_needed(profile: Profile) -> int:
     if load.schedule == "trace":  # uncapped: the trace's own bursts, unknown here; a generous share
         slots = load.max_in_flight or 4096
     elif load.rate is not None:
-        slots = load.max_in_flight or max(1, int(load.rate * 10))  # uncapped open loop: ~10 s of arrivals
+        slots = load.max_in_flight or max(1, int(max(load.rates) * 10))  # uncapped open loop: ~10 s of arrivals
     else:
         c = load.concurrency
         slots = max(c) if isinstance(c, tuple) else (c or 1)

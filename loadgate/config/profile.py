@@ -426,7 +426,8 @@ class Load:
                                         "to its end)", exclusive_min=0.0)
     concurrency: int | tuple[int, ...] | None = knob(
         None, "closed loop: requests in flight (a list runs a sweep)", min=1)
-    rate: float | None = knob(None, "open loop: mean arrivals per second", exclusive_min=0.0)
+    rate: float | tuple[float, ...] | None = knob(
+        None, "open loop: mean arrivals per second (a list runs a sweep, one level per rate)", exclusive_min=0.0)
     arrival: Literal["poisson", "gamma", "constant"] = knob("poisson", "open loop arrival process")
     burstiness: float = knob(1.0, "gamma shape factor: < 1 burstier than Poisson, > 1 smoother",
                              exclusive_min=0.0)
@@ -453,6 +454,12 @@ class Load:
     abort: Abort | None = knob(None, "a circuit breaker: stop the run when the measured requests fail at this "
                                "rate over a sliding window (exit 20, ABORTED)")
 
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """The open loop's rates in the order their levels run (one unless `rate` is a sweep)."""
+        r = self.rate
+        return r if isinstance(r, tuple) else () if r is None else (r,)
+
     def check(self) -> list[tuple[str, str]]:
         """Exactly one of concurrency and rate (neither under a trace's schedule); open-loop-only knobs
         only with rate or a trace."""
@@ -473,8 +480,9 @@ class Load:
                 return [(key, "only used with load.schedule: trace")]
         if (self.concurrency is None) == (self.rate is None):
             return [("concurrency", "give exactly one of `concurrency` (closed loop) or `rate` (open loop)")]
-        if isinstance(self.concurrency, tuple) and not self.concurrency:
-            return [("concurrency", "a sweep needs at least one value")]
+        for key in ("concurrency", "rate"):
+            if getattr(self, key) == ():
+                return [(key, "a sweep needs at least one value")]
         if self.concurrency is not None and self.max_in_flight is not None:
             return [("max_in_flight", "only used with `rate` (open loop); closed loop keeps "
                      "`concurrency` requests in flight")]

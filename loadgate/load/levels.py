@@ -10,6 +10,7 @@ token and writes meta.json, then hands the levels to `run_levels` and writes wha
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +33,23 @@ Tick = Callable[[int], None]
 
 def levels(profile: Profile) -> list[LoadLevel]:
     """The profile's load levels in the order they run: its rate (an open loop, with its cap; a
-    timed trace is one, numbered by `load.trace_speed`), or
-    each of its concurrencies (a closed loop; a list is a sweep). `.level` is each one's number."""
+    timed trace is one, numbered by `load.trace_speed`), each of
+    its rates (a list is a sweep), or each of its concurrencies (a closed loop; a list is a sweep). `.level` is each one's number."""
     load = profile.load
     if load.schedule == "trace":  # one level, numbered by its speed: the times are the trace's
         return [Rate(load.trace_speed, load.max_in_flight)]
     if load.rate is not None:
-        return [Rate(load.rate, load.max_in_flight)]
+        return [Rate(r, load.max_in_flight) for r in load.rates]
     c = load.concurrency
     return [Concurrency(n) for n in (c if isinstance(c, tuple) else (c or 1,))]
+
+
+def at_level(profile: Profile, loop: LoadLevel) -> Profile:
+    """The profile as one level of a rate sweep sees it: `load.rate` that level's rate, so the plan's
+    arrival times (here and in worker processes) are that rate's. Any other profile is returned as is."""
+    if not isinstance(loop, Rate) or not isinstance(profile.load.rate, tuple):
+        return profile
+    return replace(profile, load=replace(profile.load, rate=loop.per_s))
 
 
 async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
@@ -70,14 +79,15 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
         if stop.is_set():
             break
         round_ = round_base + index
-        if profile.workload.cache == "fresh" and round_ != plan.round:  # (warm: one plan for all)
-            plan = build_plan(profile, pool, round_, plan.dataset)
+        at = at_level(profile, loop)
+        if (profile.workload.cache == "fresh" and round_ != plan.round) or at is not profile:  # (warm: one plan for
+            plan = build_plan(at, pool, round_, plan.dataset)  # all levels of a closed loop)
         reset = await empty_prefix_cache(e.session, e.base, profile.target.api) if load.reset_prefix_cache else None
         tag = f"{run_tag}-L{level}"
         # warmup and measurement share the connections (the warmup opens them), in this process
         # or in worker processes kept for the level
         runner = LiveTarget(spec, e.session) if load.workers == 1 else \
-            WorkerGroup(spec, profile, pool, load.workers, workers_dir, stop, round_=round_, dataset=plan.dataset)
+            WorkerGroup(spec, at, pool, load.workers, workers_dir, stop, round_=round_, dataset=plan.dataset)
         try:
             if plan.n_warmup:
                 await _phase(plan, Phase(plan.warmup_requests(), loop, tag + "w", t0_ns, warmup=True),

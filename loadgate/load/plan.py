@@ -109,7 +109,8 @@ class _Requests:
 
 
 def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int]:
-    """Intended start offsets for an open loop at `load.rate` requests/s.
+    """Intended start offsets for an open loop at `load.rate` requests/s (a sweep's first rate; each
+    level of a sweep plans with its own, see `loadgate.load.levels.at_level`).
 
     poisson: exponential gaps with mean 1/rate; gamma: gamma gaps with shape `burstiness` and
     mean 1/rate (shape < 1 is burstier than Poisson); constant: gaps of exactly 1/rate.
@@ -117,8 +118,8 @@ def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int
     """
     import numpy as np
 
-    assert load.rate is not None
-    mean = 1.0 / load.rate
+    assert load.rates
+    mean = 1.0 / load.rates[0]
     if load.arrival == "constant":
         gaps = np.full(n, mean)
     elif load.arrival == "gamma":

@@ -56,9 +56,11 @@ CASES: dict[str, Case] = {
         "load:\n  concurrency:\n    - 1\n    - 0\n", 4, "load.concurrency[1]",
         "expected an integer >= 1, got 0"),
     "rate_zero": Case(
-        "load:\n  rate: 0\n", 2, "load.rate", "expected a number > 0, got 0"),
+        "load:\n  rate: 0\n", 2, "load.rate", "expected a number > 0 or a list of them, got 0"),
+    "rate_sweep_zero": Case(
+        "load:\n  rate:\n    - 5\n    - 0\n", 4, "load.rate[1]", "expected a number > 0, got 0"),
     "rate_nan": Case(
-        "load:\n  rate: .nan\n", 2, "load.rate", "expected a number > 0, got nan"),
+        "load:\n  rate: .nan\n", 2, "load.rate", "expected a number > 0 or a list of them, got nan"),
     "k_above_maximum": Case(
         "target:\n  sim:\n    speculative: {method: ngram, k: 17}\n", 3, "target.sim.speculative.k",
         "expected an integer in [1, 16], got 17"),
