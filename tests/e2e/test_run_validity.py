@@ -4,6 +4,7 @@ run's verdict maps to exit codes; sweeps and open loops run end to end against t
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import sys
 import threading
 import time
@@ -58,7 +59,8 @@ def _intrude(url: str, n: int, max_tokens: int) -> None:
         req = urllib.request.Request(url + "/v1/completions", data=body, headers={"content-type": "application/json"})
         try:
             urllib.request.urlopen(req, timeout=30).read()
-        except urllib.error.HTTPError:  # a simulator that injects faults answers some with 503: still traffic
+        except (urllib.error.URLError, http.client.HTTPException, OSError):
+            # a simulator that injects faults answers some with 503 or cuts the stream: still traffic
             pass
 
 
