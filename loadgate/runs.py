@@ -344,6 +344,10 @@ def check_memory_budget(profile: Profile) -> None:
 
 
 def _preflight(profile: Profile, unverified: bool) -> None:
+    if profile.load.search is not None:  # the knob and its decisions exist; the probe loop does not yet
+        raise UsageError(f"{profile.path or 'profile'}: load.search: the capacity search's probe loop is not "
+                         "built yet (the profile validates, no search runs); give its loads as load.concurrency "
+                         "(a sweep) meanwhile")
     raise_open_file_limit(open_files_needed(profile))
     check_memory_budget(profile)
     if profile.exactness is None and not unverified:
