@@ -25,7 +25,7 @@ def quantile_of(t: Threshold) -> float:
 
 def requests_needed(q: float) -> int:
     """Successful requests a probe needs for the `q`-th percentile: ceil(10 / (1 - q/100))."""
-    return math.ceil(10 / (1 - q / 100) - 1e-9)
+    return math.ceil(round(10 / (1 - q / 100), 6))  # rounded first: 10 / (1 - 0.999) is 10000.000000001
 
 
 def strictest(ts: Iterable[Threshold]) -> Threshold | None:
