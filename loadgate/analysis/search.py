@@ -10,7 +10,7 @@ two are adjacent. The answer is the last passing load; the bracket is (last pass
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from loadgate.config.profile import Search
@@ -80,3 +80,14 @@ def next_load(search: Search, probes: Sequence[Probe]) -> float | None:
 def answer(probes: Sequence[Probe]) -> float | None:
     """The search's answer: the last passing load (None when none passed)."""
     return bracket(probes).passing
+
+
+def judged_levels(passed: Mapping[str, bool]) -> list[str]:
+    """Of a search's probes (level key -> every threshold passed, in the order they ran), the level
+    its verdict judges: the answer's, or the first probe's when it failed (or none passed)."""
+    probes = [Probe(float(lv), ok) for lv, ok in passed.items()]
+    best = answer(probes)
+    keys = list(passed)
+    if best is None:
+        return keys[:1]
+    return [next(lv for lv in keys if float(lv) == best)]

@@ -9,6 +9,7 @@ token and writes meta.json, then hands the levels to `run_levels` and writes wha
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,9 @@ from loadgate.records import RecordWriter
 from loadgate.snapshot import Snapshot, snapshot_to_json
 
 Tick = Callable[[int], None]
+# after each level: (the level, its server.json entry, its health) -> the next level, None to end
+# (the capacity search decides its probes this way; a listed sweep passes none)
+NextLevel = Callable[[LoadLevel, ServerLevel, list[HealthPhase]], LoadLevel | None]
 
 
 def levels(profile: Profile) -> list[LoadLevel]:
@@ -34,12 +38,24 @@ def levels(profile: Profile) -> list[LoadLevel]:
     timed trace is one, numbered by `load.trace_speed`), or
     each of its concurrencies (a closed loop; a list is a sweep). `.level` is each one's number."""
     load = profile.load
+    if load.search is not None:  # the first probe; the prober appends the others as it goes
+        s = load.search
+        return [Concurrency(int(s.lo)) if s.over == "concurrency" else Rate(s.lo, load.max_in_flight)]
     if load.schedule == "trace":  # one level, numbered by its speed: the times are the trace's
         return [Rate(load.trace_speed, load.max_in_flight)]
     if load.rate is not None:
         return [Rate(load.rate, load.max_in_flight)]
     c = load.concurrency
     return [Concurrency(n) for n in (c if isinstance(c, tuple) else (c or 1,))]
+
+
+def at_rate(profile: Profile, loop: LoadLevel) -> Profile:
+    """A search over rate probes each rate as if the profile gave it as `load.rate` (the plan's
+    arrival times and the workers' plans come from it); any other profile is returned as it is."""
+    s = profile.load.search
+    if s is None or s.over != "rate" or not isinstance(loop, Rate):
+        return profile
+    return dataclasses.replace(profile, load=dataclasses.replace(profile.load, rate=loop.per_s, search=None))
 
 
 async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
@@ -55,21 +71,29 @@ def _snapshot(s: Snapshot | None) -> Any:
 
 async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],
                      writer: RecordWriter, tick: Tick, *, run_tag: str, t0_ns: int, round_base: int,
-                     workers_dir: Path, stop: StopFlag) -> tuple[dict[str, ServerLevel], dict[str, list[HealthPhase]]]:
+                     workers_dir: Path, stop: StopFlag, next_level: NextLevel | None = None,
+                     ) -> tuple[dict[str, ServerLevel], dict[str, list[HealthPhase]]]:
     """Run every level (see the module docstring); (server.json's, health.json's) contents, keyed by
     level. Level k sends the prompts of round `round_base + k` (`workload.cache: fresh`; see
-    load.plan). A stop between levels (or phases) ends the loop with what was measured."""
+    load.plan). A stop between levels (or phases) ends the loop with what was measured. `next_level`,
+    when given, is asked after each level for the level to append to `level_list` (a search's probes)."""
     profile = e.profile
     load = profile.load
     metrics_url = profile.metrics_url(e.base)
     server: dict[str, ServerLevel] = {}
     health: dict[str, list[HealthPhase]] = {}
-    for index, loop in enumerate(level_list):
+    index = 0
+    while index < len(level_list):
+        loop = level_list[index]
         level = loop.level
         if stop.is_set():
             break
         round_ = round_base + index
-        if profile.workload.cache == "fresh" and round_ != plan.round:  # (warm: one plan for all)
+        probed = at_rate(e.profile, loop)  # a search's probe over rate: the plan's arrivals at its rate
+        if probed is not e.profile:
+            profile = probed
+            plan = build_plan(profile, pool, round_, plan.dataset)
+        elif profile.workload.cache == "fresh" and round_ != plan.round:  # (warm: one plan for all)
             plan = build_plan(profile, pool, round_, plan.dataset)
         reset = await empty_prefix_cache(e.session, e.base, profile.target.api) if load.reset_prefix_cache else None
         tag = f"{run_tag}-L{level}"
@@ -102,4 +126,9 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
                 runner.close()
             elif runner.pool is not None:
                 runner.pool.close()
+        index += 1
+        if next_level is not None and not stop.is_set():
+            following = next_level(loop, server[str(level)], health[str(level)])
+            if following is not None:
+                level_list.append(following)
     return server, health

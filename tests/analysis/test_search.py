@@ -3,14 +3,10 @@ a known knee: bracketing doubles from lo, bisection stops within the resolution.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from loadgate import runs
 from loadgate.analysis.search import Probe, answer, bracket, lowest_fails, next_load
-from loadgate.config.profile import Search, load_profile
-from loadgate.errors import UsageError
+from loadgate.config.profile import Search
 
 
 def _run(search: Search, knee: float) -> list[Probe]:
@@ -58,14 +54,3 @@ def test_search_whose_lowest_probe_fails_ends_after_it_with_no_answer() -> None:
     assert [p.load for p in probes] == [2.0]
     assert lowest_fails(s, probes) and answer(probes) is None
 
-
-def test_run_refuses_a_search_in_one_line_until_its_probe_loop_exists(tmp_path: Path) -> None:
-    """The knob validates, but `loadgate run` does not yet run probes: it says so (exit 2), rather
-    than measuring concurrency 1 as if no search were asked for."""
-    path = tmp_path / "search.yaml"
-    path.write_text("load:\n  search: {over: rate, lo: 1, hi: 8, resolution: 0.1}\n"
-                    "thresholds: {ttft: [\"p(50) < 1s\"]}\n")
-    with pytest.raises(UsageError, match=r"search\.yaml: load\.search: the capacity search's probe loop is not "
-                       r"built yet") as e:
-        runs.run(load_profile(path), unverified=True)
-    assert "\n" not in str(e.value)
