@@ -47,7 +47,7 @@ from loadgate.gate import policy
 from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.engine_check import CheckOutcome, capture, check_engine, corpus_of, fingerprint_of
 from loadgate.gate.fingerprint import diff, fingerprint_hash
-from loadgate.jsonutil import dump_json
+from loadgate.jsonutil import dump_json, load_json
 from loadgate.load.executors import NEVER, StopFlag
 from loadgate.load.levels import levels, run_levels
 from loadgate.load.plan import build_plan, check_source
@@ -187,6 +187,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
                        prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport,
                        request=profile.load.request)
     lv = levels(profile)
+    meta_cpus = {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}
     t0 = perf_counter_ns()
     dump_json(run_dir / "meta.json", {
         "loadgate": __version__, "run_id": run_dir.name, "profile": profile.to_json(),
@@ -198,10 +199,20 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
         "sessions": plan.sessions_meta(profile),
         "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
         "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure,
-        "cpus": {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}, **(extra_meta or {})})
-    with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * len(lv), profile.name) as tick:
+        "cpus": meta_cpus, **(extra_meta or {})})
+    search = profile.load.search
+    prober, expected = None, len(lv)
+    if search is not None:  # (here, not at the top: the prober summarizes, with numpy, which a run imports late)
+        from loadgate.load.probing import Prober, probes_expected
+        prober, expected = Prober(profile, run_dir / "records.jsonl", meta_cpus), probes_expected(search)
+    with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * expected, profile.name) as tick:
         server, health = await run_levels(e, plan, pool, spec, lv, writer, tick, run_tag=run_dir.name, t0_ns=t0,
-                                          round_base=round_base, workers_dir=run_dir, stop=stop)
+                                          round_base=round_base, workers_dir=run_dir, stop=stop, next_level=prober)
+    if prober is not None:  # the levels the search chose, as a sweep's would be listed
+        meta = load_json(run_dir / "meta.json")
+        meta["levels"] = [x.level for x in lv]
+        meta["prompt_rounds"] = [(round_base + k) * (profile.workload.cache == "fresh") for k in range(len(lv))]
+        dump_json(run_dir / "meta.json", meta)
     dump_json(run_dir / "server.json", {lv: s.to_json() for lv, s in server.items()})
     dump_json(run_dir / "health.json", {lv: [h.to_json() for h in hs] for lv, hs in health.items()})
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from loadgate.analysis import ab
 from loadgate.analysis.abstats import FigureComparison, comparisons_json
+from loadgate.analysis.search import judged_levels
 from loadgate.analysis.summary import Summary, build_summary
 from loadgate.core.thresholds import LevelJudgement, judged_json
 from loadgate.core.thresholds import judge as judge_thresholds
@@ -191,6 +192,9 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     summary = build_summary(run_dir)
     meta = load_json(run_dir / "meta.json")
     judged = judge_thresholds((meta.get("profile") or {}).get("thresholds") or {}, summary.levels)
+    if ((meta.get("profile") or {}).get("load") or {}).get("search"):  # a search: its answer's level only
+        keep = judged_levels({j.level: all(o.passed for o in j.outcomes) for j in judged})
+        judged = [j for j in judged if j.level in keep]
     invalid = [p for s in summary.levels.values() for p in s.invalid]
     code, outcome, message = _decide(invalid, summary.unverified, judged, None)
     if summary.damage:

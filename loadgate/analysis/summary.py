@@ -527,4 +527,6 @@ def _load_kind(load: dict[str, Any]) -> str:
     """How the run sent its requests: "trace" (a timed trace's times), "rate" or "concurrency"."""
     if load.get("schedule") == "trace":
         return "trace"
+    if load.get("search"):
+        return str(load["search"]["over"])
     return "rate" if load["rate"] is not None else "concurrency"

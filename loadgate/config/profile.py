@@ -11,6 +11,7 @@ of (key, reason) problems.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from loadgate.config.contract import Contract
 from loadgate.config.knob import knob
 from loadgate.config.simconfig import SimConfig
 from loadgate.config.typed_yaml import json_schema, line_of_key, load_dataclass_file
+from loadgate.core import probes
 from loadgate.core.figures import ab_figures
 from loadgate.core.thresholds import ThresholdError, parse
 from loadgate.engine.adapters import apis
@@ -411,6 +413,31 @@ class Abort:
 
 
 @dataclass(frozen=True)
+class Search:
+    """The SLO capacity search (docs/capacity.md): probes from `lo` up (doubling, capped at `hi`) until
+    the profile's `thresholds` fail, then bisection between the last passing and the first failing
+    load until they are within `resolution` of each other."""
+
+    over: Literal["concurrency", "rate"] = knob(
+        "concurrency", "what the probes vary: concurrency (closed loop, integer levels) or rate (open loop)")
+    lo: float = knob(1.0, "the first probe's load; it failing the thresholds ends the search (exit 20)",
+                     exclusive_min=0.0)
+    hi: float = knob(64.0, "the highest load probed", exclusive_min=0.0)
+    resolution: float = knob(0.05, "stop bisecting when (first failing - last passing) / last passing is at "
+                             "most this", exclusive_min=0.0, max=1.0)
+
+    def check(self) -> list[tuple[str, str]]:
+        if self.lo >= self.hi:
+            return [("lo", f"the search needs lo < hi, got lo {self.lo:g} and hi {self.hi:g}")]
+        if self.over == "concurrency":
+            for key in ("lo", "hi"):
+                v = getattr(self, key)
+                if v != int(v):
+                    return [(key, f"a concurrency is a whole number of requests in flight, got {v:g}")]
+        return []
+
+
+@dataclass(frozen=True)
 class Load:
     """How to send it: closed loop (`concurrency`), open loop (`rate`), or a timed trace's own times
     (`schedule: trace`)."""
@@ -428,6 +455,8 @@ class Load:
         None, "closed loop: requests in flight (a list runs a sweep)", min=1)
     rate: float | tuple[float, ...] | None = knob(
         None, "open loop: mean arrivals per second (a list runs a sweep, one level per rate)", exclusive_min=0.0)
+    search: Search | None = knob(None, "the SLO capacity search (docs/capacity.md): the probes' loads replace "
+                                 "`concurrency` and `rate`")
     arrival: Literal["poisson", "gamma", "constant"] = knob("poisson", "open loop arrival process")
     burstiness: float = knob(1.0, "gamma shape factor: < 1 burstier than Poisson, > 1 smoother",
                              exclusive_min=0.0)
@@ -464,6 +493,8 @@ class Load:
         """Exactly one of concurrency and rate (neither under a trace's schedule); open-loop-only knobs
         only with rate or a trace."""
         if self.schedule == "trace":
+            if self.search is not None:
+                return [("search", "load.schedule: trace sends each request at its trace timestamp: no search")]
             for key in ("concurrency", "rate"):
                 if getattr(self, key) is not None:
                     return [(key, "load.schedule: trace sends each request at its trace timestamp: no "
@@ -478,6 +509,13 @@ class Load:
         for key, default in (("trace_speed", 1.0), ("trace_start_s", 0.0), ("trace_length_s", None)):
             if getattr(self, key) != default:
                 return [(key, "only used with load.schedule: trace")]
+        if self.search is not None:
+            for key in ("concurrency", "rate"):
+                if getattr(self, key) is not None:
+                    return [(key, f"load.search chooses each probe's {self.search.over}: no {key}")]
+            if self.search.over == "concurrency" and self.max_in_flight is not None:
+                return [("max_in_flight", "only used with a search over rate (open loop)")]
+            return []
         if (self.concurrency is None) == (self.rate is None):
             return [("concurrency", "give exactly one of `concurrency` (closed loop) or `rate` (open loop)")]
         for key in ("concurrency", "rate"):
@@ -751,6 +789,9 @@ class Profile:
                     parse(metric, text)
                 except ThresholdError as e:
                     return [(f"thresholds.{metric}[{k}]", e.reason)]
+        problem = self._check_search()
+        if problem:
+            return problem
         ss = self.workload.sessions
         if ss is not None:
             if self.ab is not None and ss.history == "actual":
@@ -760,6 +801,36 @@ class Profile:
                 and self.ab.baseline.endpoint != "embedded":
             return [("ab.baseline.endpoint", "exactness.baseline 'sim-reference' needs both engines embedded; "
                      "write a baseline file with `loadgate baseline`")]
+        return []
+
+
+    def _check_search(self) -> list[tuple[str, str]]:
+        """A search needs thresholds to judge its probes, probes large enough for their strictest
+        quantile, and a resolution they can resolve (the rules: loadgate/core/probes.py)."""
+        search = self.load.search
+        if search is None:
+            return []
+        if not self.thresholds:
+            return [("load.search", "a search judges each probe on the profile's thresholds: add some "
+                     "(e.g. thresholds: {ttft: [\"p(90) < 500ms\"]}); none are set")]
+        if self.ab is not None:
+            return [("load.search", "a search and an A/B in one run are not built yet: search each engine in "
+                     "its own run")]
+        if self.workload.sessions is not None:
+            return [("load.search", "a search sends requests, not conversations: no workload.sessions")]
+        n = self.workload.request_count
+        t = probes.strictest(parse(m, text) for m, texts in self.thresholds.items() for text in texts)
+        assert t is not None
+        q = probes.quantile_of(t)
+        need = probes.requests_needed(q)
+        if n < need:
+            return [("workload.requests", f"each search probe sends workload.requests ({n}); the threshold "
+                     f"{t.metric} \"{t.text}\" reads p({q:g}), which needs at least {need:,} (10 / (1 - {q:g}%))")]
+        finest = probes.finest_resolution(n)
+        if search.resolution < finest - 1e-12:
+            return [("load.search.resolution", f"{search.resolution:.3g} is finer than probes of {n} requests "
+                     f"resolve (1 / sqrt({n}) = {finest:.3g}): raise workload.requests to "
+                     f"{math.ceil(1 / search.resolution ** 2):,} or the resolution to {finest:.3g}")]
         return []
 
 

@@ -29,6 +29,9 @@ from loadgate.records import RecordWriter
 from loadgate.snapshot import Snapshot, snapshot_to_json
 
 Tick = Callable[[int], None]
+# after each level: (the level, its server.json entry, its health) -> the next level, None to end
+# (the capacity search decides its probes this way; a listed sweep passes none)
+NextLevel = Callable[[LoadLevel, ServerLevel, list[HealthPhase]], LoadLevel | None]
 
 
 def levels(profile: Profile) -> list[LoadLevel]:
@@ -36,6 +39,9 @@ def levels(profile: Profile) -> list[LoadLevel]:
     timed trace is one, numbered by `load.trace_speed`), each of
     its rates (a list is a sweep), or each of its concurrencies (a closed loop; a list is a sweep). `.level` is each one's number."""
     load = profile.load
+    if load.search is not None:  # the first probe; the prober appends the others as it goes
+        s = load.search
+        return [Concurrency(int(s.lo)) if s.over == "concurrency" else Rate(s.lo, load.max_in_flight)]
     if load.schedule == "trace":  # one level, numbered by its speed: the times are the trace's
         return [Rate(load.trace_speed, load.max_in_flight)]
     if load.rate is not None:
@@ -45,11 +51,17 @@ def levels(profile: Profile) -> list[LoadLevel]:
 
 
 def at_level(profile: Profile, loop: LoadLevel) -> Profile:
-    """The profile as one level of a rate sweep sees it: `load.rate` that level's rate, so the plan's
-    arrival times (here and in worker processes) are that rate's. Any other profile is returned as is."""
-    if not isinstance(loop, Rate) or not isinstance(profile.load.rate, tuple):
+    """The profile as one open-loop level sees it: `load.rate` that level's rate (a rate sweep's, or a
+    search's probe over rate, the search then left out), so the plan's arrival times (here and in
+    worker processes) are that rate's. Any other profile is returned as is."""
+    if not isinstance(loop, Rate):
         return profile
-    return replace(profile, load=replace(profile.load, rate=loop.per_s))
+    s = profile.load.search
+    if s is not None and s.over == "rate":
+        return replace(profile, load=replace(profile.load, rate=loop.per_s, search=None))
+    if isinstance(profile.load.rate, tuple):
+        return replace(profile, load=replace(profile.load, rate=loop.per_s))
+    return profile
 
 
 async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
@@ -65,21 +77,25 @@ def _snapshot(s: Snapshot | None) -> Any:
 
 async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],
                      writer: RecordWriter, tick: Tick, *, run_tag: str, t0_ns: int, round_base: int,
-                     workers_dir: Path, stop: StopFlag) -> tuple[dict[str, ServerLevel], dict[str, list[HealthPhase]]]:
+                     workers_dir: Path, stop: StopFlag, next_level: NextLevel | None = None,
+                     ) -> tuple[dict[str, ServerLevel], dict[str, list[HealthPhase]]]:
     """Run every level (see the module docstring); (server.json's, health.json's) contents, keyed by
     level. Level k sends the prompts of round `round_base + k` (`workload.cache: fresh`; see
-    load.plan). A stop between levels (or phases) ends the loop with what was measured."""
+    load.plan). A stop between levels (or phases) ends the loop with what was measured. `next_level`,
+    when given, is asked after each level for the level to append to `level_list` (a search's probes)."""
     profile = e.profile
     load = profile.load
     metrics_url = profile.metrics_url(e.base)
     server: dict[str, ServerLevel] = {}
     health: dict[str, list[HealthPhase]] = {}
-    for index, loop in enumerate(level_list):
+    index = 0
+    while index < len(level_list):
+        loop = level_list[index]
         level = loop.level
         if stop.is_set():
             break
         round_ = round_base + index
-        at = at_level(profile, loop)
+        at = at_level(profile, loop)  # a rate sweep's level, or a search's probe over rate: its own arrivals
         if (profile.workload.cache == "fresh" and round_ != plan.round) or at is not profile:  # (warm: one plan for
             plan = build_plan(at, pool, round_, plan.dataset)  # all levels of a closed loop)
         reset = await empty_prefix_cache(e.session, e.base, profile.target.api) if load.reset_prefix_cache else None
@@ -115,4 +131,9 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
                 runner.close()
             elif runner.pool is not None:
                 runner.pool.close()
+        index += 1
+        if next_level is not None and not stop.is_set():
+            following = next_level(loop, server[str(level)], health[str(level)])
+            if following is not None:
+                level_list.append(following)
     return server, health

@@ -55,6 +55,27 @@ CASES: dict[str, Case] = {
     "bad_item_in_concurrency_sweep": Case(
         "load:\n  concurrency:\n    - 1\n    - 0\n", 4, "load.concurrency[1]",
         "expected an integer >= 1, got 0"),
+    "search_without_thresholds": Case(
+        "load:\n  search: {over: rate, lo: 1, hi: 8, resolution: 0.1}\n", 2, "load.search",
+        "a search judges each probe on the profile's thresholds: add some"),
+    "search_lo_not_below_hi": Case(
+        "load:\n  search: {over: rate, lo: 8, hi: 8, resolution: 0.1}\nthresholds: {ttft: [\"p(50) < 1s\"]}\n",
+        2, "load.search.lo", "the search needs lo < hi, got lo 8 and hi 8"),
+    "search_over_concurrency_fractional": Case(
+        "load:\n  search: {over: concurrency, lo: 1.5, hi: 8, resolution: 0.1}\n", 2, "load.search.lo",
+        "a concurrency is a whole number of requests in flight, got 1.5"),
+    "search_with_concurrency": Case(
+        "load:\n  concurrency: 4\n  search: {lo: 1, hi: 8, resolution: 0.1}\nthresholds: {ttft: [\"p(50) < 1s\"]}\n",
+        2, "load.concurrency", "load.search chooses each probe's concurrency: no concurrency"),
+    "search_resolution_finer_than_probes_resolve": Case(
+        "workload: {requests: 100}\nload:\n  search: {over: rate, lo: 1, hi: 8, resolution: 0.05}\n"
+        "thresholds: {ttft: [\"p(90) < 1s\"]}\n", 3, "load.search.resolution",
+        "0.05 is finer than probes of 100 requests resolve (1 / sqrt(100) = 0.1): raise workload.requests to 400"),
+    "search_probe_too_small_for_p99": Case(
+        "workload: {requests: 400}\nload:\n  search: {over: rate, lo: 1, hi: 8, resolution: 0.05}\n"
+        "thresholds: {ttft: [\"p(50) < 1s\", \"p(99) < 2s\"]}\n", 1, "workload.requests",
+        "each search probe sends workload.requests (400); the threshold ttft \"p(99) < 2s\" reads p(99), which "
+        "needs at least 1,000 (10 / (1 - 99%))"),
     "rate_zero": Case(
         "load:\n  rate: 0\n", 2, "load.rate", "expected a number > 0 or a list of them, got 0"),
     "rate_sweep_zero": Case(

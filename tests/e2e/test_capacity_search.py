@@ -1,0 +1,70 @@
+"""The capacity search end to end on the embedded simulator: probes as level folders chosen as the
+run goes, the verdict judged on the answer's level (or the lowest probe when it fails: exit 20)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loadgate.cli import main
+from loadgate.jsonutil import load_json
+from tests.profiles import LAX_HEALTH, tiny_corpus
+
+# the simulator: 8 sequences a step at most, decode steps of a fixed cost, a small prefill; outputs
+# long enough that the step a prompt's prefill joins is a small part of a request's time
+SIM = {"max_num_seqs": 8, "decode_step_us": 4000.0, "decode_us_per_seq": 0.0, "prefill_us_per_token": 20.0}
+IN, OUT = 20, 20
+
+
+def write(tmp: Path, name: str, search: dict[str, Any], thresholds: dict[str, list[str]], requests: int) -> Path:
+    doc: dict[str, Any] = {
+        "name": name, "target": {"endpoint": "embedded", "sim": SIM},
+        "workload": {"requests": requests, "input_len": {"dist": "fixed", "value": IN},
+                     "output_len": {"dist": "fixed", "value": OUT}},
+        "load": {"search": search, "arrival": "constant"},
+        "exactness": {"baseline": "sim-reference", "corpus": str(tiny_corpus(tmp))},
+        "thresholds": thresholds, "health": LAX_HEALTH, "output": {"dir": str(tmp / "out"), "run_id": name},
+    }
+    p = tmp / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+@pytest.mark.timing
+def test_rate_search_finds_the_simulators_saturation_rate_within_one_resolution_step(tmp_path: Path) -> None:
+    full_step_s = (SIM["decode_step_us"] + (SIM["max_num_seqs"] - 1) * SIM["decode_us_per_seq"]) / 1e6
+    knee = SIM["max_num_seqs"] / (OUT * full_step_s + IN * SIM["prefill_us_per_token"] / 1e6)
+    # below the knee a request waits at most a step or two; above it the queue grows through the probe
+    p = write(tmp_path, "knee", {"over": "rate", "lo": knee / 2, "hi": knee * 2, "resolution": 0.05},
+              {"ttft": ["p(50) < 25ms"]}, 400)
+    assert main(["run", "-q", str(p)]) == 0
+    meta = load_json(tmp_path / "out" / "knee" / "meta.json")
+    verdict = load_json(tmp_path / "out" / "knee" / "verdict.json")
+    loads = [float(x) for x in meta["levels"]]
+    assert loads[:3] == pytest.approx([knee / 2, knee, knee * 3 / 4])  # doubling, then halfway
+    judged = {t["level"] for t in verdict["thresholds"]}
+    assert len(judged) == 1
+    answer = float(judged.pop())
+    assert abs(answer - knee) / knee <= 0.05, (answer, knee, loads)
+
+
+def test_a_search_whose_lowest_probe_fails_exits_20_naming_the_threshold(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = write(tmp_path, "low", {"over": "concurrency", "lo": 1, "hi": 4, "resolution": 0.5},
+              {"ttft": ["p(50) < 1us"]}, 24)
+    assert main(["run", "-q", str(p)]) == 20
+    assert "ttft p(50) < 1us" in capsys.readouterr().err
+    assert load_json(tmp_path / "out" / "low" / "meta.json")["levels"] == [1]  # the search ended there
+
+
+def test_concurrency_search_judges_only_its_answer_and_exits_0(tmp_path: Path) -> None:
+    p = write(tmp_path, "conc", {"over": "concurrency", "lo": 1, "hi": 4, "resolution": 0.5},
+              {"ttft": ["p(50) < 5s"]}, 24)
+    assert main(["run", "-q", str(p)]) == 0
+    meta = load_json(tmp_path / "out" / "conc" / "meta.json")
+    assert meta["levels"] == [1, 2, 4]  # every probe passes: doubling to hi
+    verdict = load_json(tmp_path / "out" / "conc" / "verdict.json")
+    assert {t["level"] for t in verdict["thresholds"]} == {"4"}
