@@ -62,7 +62,7 @@ def _timed_words(p: Profile) -> str:
     """What a timed replay will send (a dataset's rows before its length filters, which need counting)."""
     from loadgate.load.plan import trace_of
     from loadgate.load.workload.dataset import has_trace, open_rows, row_stamps
-    from loadgate.load.workload.timing import Window, timed_order
+    from loadgate.load.workload.timing import Window, replay_info, timed_order
     from loadgate.report.table import trace_line
 
     if has_trace(p):
@@ -71,11 +71,9 @@ def _timed_words(p: Profile) -> str:
         rows = open_rows(p)
         assert rows is not None
         load = p.load
-        order, offsets, late = timed_order(row_stamps(rows), Window(load.trace_start_s, load.trace_length_s,
-                                                                    load.trace_speed, p.workload.requests), rows.path)
-        span = (offsets[-1] - offsets[0]) / 1e9
-        info = {"requests": int(order.size), "span_s": span, "mean_rate": (order.size - 1) / span if span > 0 else None,
-                "out_of_order": late, "lines": len(rows), "sharing": None}
+        window = Window(load.trace_start_s, load.trace_length_s, load.trace_speed, p.workload.requests)
+        _, offsets, late = timed_order(row_stamps(rows), window, rows.path)
+        info = replay_info(offsets, late, len(rows), window)
     assert info is not None
     return trace_line(info)
 

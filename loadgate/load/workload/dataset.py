@@ -773,15 +773,12 @@ def row_stamps(rows: Rows) -> np.ndarray:
 def _timed(profile: Profile, rows: Rows, taken: list[DatasetRequest], meta: dict[str, Any]) -> Prepared:
     """The rows taken, in the order of their timestamps, cut to the profile's window (see
     `loadgate.load.workload.trace`)."""
-    from loadgate.load.workload.timing import Window, timed_order
+    from loadgate.load.workload.timing import Window, replay_info, timed_order
 
     load = profile.load
     stamps = row_stamps(rows)[[r.row for r in taken]]
-    order, offsets, late = timed_order(stamps, Window(load.trace_start_s, load.trace_length_s, load.trace_speed,
-                                                      profile.workload.requests), rows.path)
+    window = Window(load.trace_start_s, load.trace_length_s, load.trace_speed, profile.workload.requests)
+    order, offsets, late = timed_order(stamps, window, rows.path)
     reqs = tuple(taken[int(j)] for j in order)
-    span = (offsets[-1] - offsets[0]) / 1e9 if offsets else 0.0
-    trace = {"requests": len(reqs), "span_s": span, "mean_rate": (len(reqs) - 1) / span if span > 0 else None,
-             "out_of_order": late, "lines": len(rows), "speed": load.trace_speed,
-             "window_s": [load.trace_start_s, load.trace_length_s], "sharing": None}
+    trace = replay_info(offsets, late, len(rows), window)
     return Prepared(reqs, {**meta, "distinct_rows": len(reqs)}, tuple(offsets), trace)

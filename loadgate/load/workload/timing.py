@@ -54,6 +54,18 @@ def timed_order(stamps_ms: np.ndarray, window: Window, path: Path) -> tuple[np.n
     return order, offsets, out_of_order
 
 
+def replay_info(offsets_ns: list[int] | tuple[int, ...], out_of_order: int, lines: int, window: Window,
+                sharing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a timed replay sends (meta.json's and the summary's `trace`): its requests, their span at
+    its speed, the mean rate, the lines out of time order, the source's lines, the window, and the
+    trace's own prefix sharing (None without hash ids)."""
+    n = len(offsets_ns)
+    span = (offsets_ns[-1] - offsets_ns[0]) / 1e9 if offsets_ns else 0.0
+    return {"requests": n, "span_s": span, "mean_rate": (n - 1) / span if span > 0 else None,
+            "out_of_order": out_of_order, "lines": lines, "speed": window.speed,
+            "window_s": [window.start_s, window.length_s], "sharing": sharing}
+
+
 def stamp_of(obj: Any) -> float | None:
     """A line's or row's `timestamp` (ms) when it is a usable one: a finite number >= 0."""
     ts: Any = obj.get("timestamp") if isinstance(obj, dict) else None

@@ -34,7 +34,7 @@ import orjson
 
 from loadgate.errors import UsageError
 from loadgate.load.workload.dataset import JsonLines
-from loadgate.load.workload.timing import Window, number, timed_order
+from loadgate.load.workload.timing import Window, number, replay_info, timed_order
 
 if TYPE_CHECKING:
     import numpy as np
@@ -75,8 +75,7 @@ class TraceRequests:
         self.order: np.ndarray | None = None  # timed: the window's lines in time order
         self.offsets_ns: list[int] = []
         self.out_of_order = 0
-        self.speed = 1.0
-        self.window: tuple[float, float | None] = (0.0, None)
+        self.timed_window = Window()
         self.n = len(self.lines) if n is None else n
 
     def _where(self, k: int) -> str:
@@ -154,7 +153,7 @@ class TraceRequests:
         order, self.offsets_ns, self.out_of_order = timed_order(self.stamps_ms, window, self.path)
         self.order = order
         self.n = int(order.size)
-        self.speed, self.window = window.speed, (window.start_s, window.length_s)
+        self.timed_window = window
 
     def _line(self, k: int) -> tuple[int, dict[str, Any]]:
         j = int(self.order[k]) if self.order is not None else k % len(self.lines)
@@ -197,10 +196,7 @@ class TraceRequests:
         for a trace sent without its times."""
         if self.order is None:
             return None
-        span = (self.offsets_ns[-1] - self.offsets_ns[0]) / 1e9 if self.offsets_ns else 0.0
-        return {"requests": self.n, "span_s": span, "mean_rate": (self.n - 1) / span if span > 0 else None,
-                "out_of_order": self.out_of_order, "lines": len(self.lines), "speed": self.speed,
-                "window_s": list(self.window), "sharing": self.sharing()}
+        return replay_info(self.offsets_ns, self.out_of_order, len(self.lines), self.timed_window, self.sharing())
 
     def sharing(self) -> dict[str, Any] | None:
         """The window's own prefix sharing (see the module docstring), or None for a trace without
