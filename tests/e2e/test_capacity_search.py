@@ -35,16 +35,23 @@ def write(tmp: Path, name: str, search: dict[str, Any], thresholds: dict[str, li
 
 @pytest.mark.timing
 def test_rate_search_finds_the_simulators_saturation_rate_within_one_resolution_step(tmp_path: Path) -> None:
+    # The engine's time per request: its OUT tokens take OUT of the max_num_seqs slots of a full
+    # step each, and its prefill stalls the whole batch for the step it joins (every running
+    # sequence waits), so  rate = max_num_seqs / (OUT x full step + max_num_seqs x prefill).
     full_step_s = (SIM["decode_step_us"] + (SIM["max_num_seqs"] - 1) * SIM["decode_us_per_seq"]) / 1e6
-    knee = SIM["max_num_seqs"] / (OUT * full_step_s + IN * SIM["prefill_us_per_token"] / 1e6)
-    # below the knee a request waits at most a step or two; above it the queue grows through the probe
-    p = write(tmp_path, "knee", {"over": "rate", "lo": knee / 2, "hi": knee * 2, "resolution": 0.05},
+    prefill_s = IN * SIM["prefill_us_per_token"] / 1e6
+    knee = SIM["max_num_seqs"] / (OUT * full_step_s + SIM["max_num_seqs"] * prefill_s)
+    # below the knee a request waits at most a step or two; above it the queue grows through the
+    # probe. lo is off the knee's half so that no probe lands on the knee itself (a queue that
+    # neither grows nor drains, passing or failing by chance)
+    lo = knee * 0.52
+    p = write(tmp_path, "knee", {"over": "rate", "lo": lo, "hi": lo * 4, "resolution": 0.05},
               {"ttft": ["p(50) < 25ms"]}, 400)
     assert main(["run", "-q", str(p)]) == 0
     meta = load_json(tmp_path / "out" / "knee" / "meta.json")
     verdict = load_json(tmp_path / "out" / "knee" / "verdict.json")
     loads = [float(x) for x in meta["levels"]]
-    assert loads[:3] == pytest.approx([knee / 2, knee, knee * 3 / 4])  # doubling, then halfway
+    assert loads[:3] == pytest.approx([lo, lo * 2, lo * 3 / 2])  # doubling, then halfway
     judged = {t["level"] for t in verdict["thresholds"]}
     assert len(judged) == 1
     answer = float(judged.pop())
