@@ -379,8 +379,9 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
     return out
 
 
-SUMMARY_VERSION = 8
-"""8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
+SUMMARY_VERSION = 9
+"""9: capacity planning (issue 30). Version 8 files read the same, the new fields null.
+8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the
 trace's own prefix sharing: ratio, shared_tokens, prompt_tokens, block; `loadgate.load.workload.trace`),
 null otherwise, and `load` is "trace" for such a run; each level's `conversations`

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import loadgate
+from loadgate.analysis.summary import SUMMARY_VERSION
 from loadgate.cli import main
 from loadgate.config.profile import Dataset, Distribution, Load, Output, Profile, Target, Workload
 from loadgate.config.simconfig import SimConfig
@@ -179,7 +180,7 @@ def test_the_bundled_profile_passes_the_gate_with_figures_that_are_each_category
     run_dir = tmp_path / "out" / "r"
     recs = list(read_records(run_dir / "records.jsonl"))
     summary = load_json(run_dir / "summary.json")
-    assert summary["summary_version"] == 8 and summary["dataset"]["distinct_rows"] == 64
+    assert summary["summary_version"] == SUMMARY_VERSION and summary["dataset"]["distinct_rows"] == 64
     g = summary["levels"]["8"]["groups"]["category"]
     assert sorted(g["by"]) == sorted({r["category"] for r in ROWS}) and all(v["requests"] == 8 for v in g["by"].values())
     for cat, f in g["by"].items():

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import loadgate
+from loadgate.analysis.summary import SUMMARY_VERSION
 from loadgate.cli import main
 from loadgate.config.profile import (
     Distribution,
@@ -98,7 +99,7 @@ def test_sampling_a_seed_per_request_stops_and_extra_keys_reach_every_request_an
     assert tc["finish_reasons"] == dict(sorted(Counter(r.finish_reason or "(none)" for r in recs).items()))
     assert tc["output_lengths"]["distinct"] == len(lengths) and tc["output_lengths"]["max"] <= 40
     summary = load_json(result.run_dir / "summary.json")
-    assert summary["summary_version"] == 8
+    assert summary["summary_version"] == SUMMARY_VERSION
     assert summary["request"]["temperature"] == 0.8 and summary["request"]["stop"] == ["x"]
     assert summary["request"]["extra_body_keys"] == sorted(extra)
     verdict = load_json(result.run_dir / "verdict.json")

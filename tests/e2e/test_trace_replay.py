@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import loadgate
+from loadgate.analysis.summary import SUMMARY_VERSION
 from loadgate.cli import main
 from loadgate.config.profile import Dataset, Load, Output, Profile, Target, Workload
 from loadgate.config.simconfig import SimConfig
@@ -62,7 +63,7 @@ def test_the_traces_own_sharing_is_the_servers_hit_rate_and_a_second_run_starts_
         result = loadgate.run(profile(tmp_path, trace, sim.url), unverified=True)
         assert result.exit_code in (11, 30), result
         summary = load_json(result.run_dir / "summary.json")
-        assert summary["summary_version"] == 8 and summary["load"] == "trace"
+        assert summary["summary_version"] == SUMMARY_VERSION and summary["load"] == "trace"
         sharing = summary["trace"]["sharing"]
         # groups of 1-3 leading blocks, each met 16 times: all but the first of each group share them
         assert sharing["shared_tokens"] == 15 * BLOCK * (1 + 2 + 3)

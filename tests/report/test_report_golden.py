@@ -83,7 +83,7 @@ def test_a_version_1_summary_json_is_read_into_todays_summary():
     s = Summary.from_json(old)
     again = build_summary(RUNS / "single")
     # the version the file was written at is kept (compare tells definitions that changed since)
-    assert s.summary_version == 1 and again.summary_version == SUMMARY_VERSION == 8
+    assert s.summary_version == 1 and again.summary_version == SUMMARY_VERSION == 9
     assert s.levels["4"].metrics == again.levels["4"].metrics
     assert s.levels["4"].token_counts.prompt_mismatches == again.levels["4"].token_counts.prompt_mismatches == 0
     assert Summary.from_json(again.to_json()) == again  # today's round-trips
@@ -214,7 +214,7 @@ def test_a_version_7_run_folder_is_read_without_a_trace_and_judged_as_then(capsy
     assert old["summary_version"] == 7 and "trace" not in old
     s, again = Summary.from_json(old), build_summary(run)
     assert s.summary_version == 7 and s.trace is None and s.load == "concurrency"
-    assert again.summary_version == SUMMARY_VERSION == 8 and again.trace is None and again.load == "concurrency"
+    assert again.summary_version == SUMMARY_VERSION and again.trace is None and again.trace is None and again.load == "concurrency"
     for name, m in s.levels["16"].metrics.items():
         assert again.levels["16"].metrics[name] == m, name
     code = load_json(run / "verdict.json")["code"]
@@ -301,3 +301,25 @@ def test_a_version_7_run_folder_is_read_without_conversations_and_judged_as_then
     assert main(["report", str(run)]) == code == 0
     out = capsys.readouterr().out
     assert "by turn" not in out and "conversations:" not in out
+
+
+def test_a_version_8_run_folder_is_read_before_capacity_planning_and_judged_as_then(capsys):
+    """A summary of version 8 (records v8, before the capacity search, ramps and time slices): it reads
+    with the new fields null, rebuilds with the same figures at today's version, and `report` gives
+    the code that run's verdict.json holds."""
+    from loadgate.analysis.summary import SUMMARY_VERSION, Summary, build_summary
+    from loadgate.jsonutil import load_json
+
+    run = RUNS.parent / "runs-v8" / "single"
+    assert (run / "records.jsonl").read_bytes().startswith(b'{"v":8,')
+    recs = list(read_records(run / "records.jsonl", include_warmup=True))
+    assert len(recs) == 64
+    old = load_json(run / "summary.json")
+    assert old["summary_version"] == 8
+    s, again = Summary.from_json(old), build_summary(run)
+    assert s.summary_version == 8 and again.summary_version == SUMMARY_VERSION == 9
+    for name, m in s.levels["16"].metrics.items():
+        assert again.levels["16"].metrics[name] == m, name
+    code = load_json(run / "verdict.json")["code"]
+    assert code == 0 and main(["report", str(run)]) == code
+    assert "PASSED (exit 0)" in capsys.readouterr().out
