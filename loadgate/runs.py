@@ -49,6 +49,7 @@ from loadgate.gate.engine_check import CheckOutcome, capture, check_engine, corp
 from loadgate.gate.fingerprint import diff, fingerprint_hash
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.load.executors import NEVER, StopFlag
+from loadgate.load.gpu import gpu_telemetry
 from loadgate.load.levels import levels, run_levels
 from loadgate.load.plan import build_plan, check_source
 from loadgate.load.target import target_spec
@@ -205,7 +206,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     if search is not None:  # (here, not at the top: the prober summarizes, with numpy, which a run imports late)
         from loadgate.load.probing import Prober, probes_expected
         prober, expected = Prober(profile, run_dir / "records.jsonl", meta_cpus), probes_expected(search)
-    with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * expected, profile.name) as tick:
+    with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * expected, profile.name) as tick, \
+            gpu_telemetry(profile, run_dir):
         server, health = await run_levels(e, plan, pool, spec, lv, writer, tick, run_tag=run_dir.name, t0_ns=t0,
                                           round_base=round_base, workers_dir=run_dir, stop=stop, next_level=prober)
     if prober is not None:  # the levels the search chose, as a sweep's would be listed

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from loadgate.analysis.conversations import cached_tokens, conversation_counts
+from loadgate.analysis.gpu import level_gpu, read_gpu_file
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.metrics import throughput as throughput_over
 from loadgate.analysis.specdec import (
@@ -224,6 +225,7 @@ class LevelSummary:
     groups: dict[str, Any] | None = None  # figures by a record field (`group_figures`), e.g. {"category": ...}
     conversations: dict[str, Any] | None = None  # `conversation_counts` (v8)
     cached_tokens: dict[str, Any] | None = None  # `cached_tokens` of the level's requests (v8)
+    gpu: dict[str, Any] | None = None  # `analysis.gpu.level_gpu`: the GPUs over the window (v9)
 
     def to_json(self) -> dict[str, Any]:
         """The fields in order, `invalid` last (the order version 2 wrote)."""
@@ -240,7 +242,7 @@ class LevelSummary:
                    Acceptance(acc.get("per_request"), acc.get("counters"), acc.get("reconciliation")),
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
                    ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"),
-                   d.get("conversations"), d.get("cached_tokens"))
+                   d.get("conversations"), d.get("cached_tokens"), d.get("gpu"))
 
 
 GROUP_FIELDS = ("category", "turn")
@@ -380,7 +382,11 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
 
 
 SUMMARY_VERSION = 9
-"""9: capacity planning (issue 30). Version 8 files read the same, the new fields null.
+"""9: capacity planning (issue 30). Each level's `gpu` (NVML readings of this host's GPUs over the
+level's window, `target.gpu`: source, absent, capped, reader_cpu_s, interval_s and `window`: per
+GPU utilisation and power mean/max, memory in use, each process's memory, energy and its source,
+and the energy of every GPU with joules per output token; null where no GPU was read). Version 8
+files read the same, the new fields null.
 8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the
 trace's own prefix sharing: ratio, shared_tokens, prompt_tokens, block; `loadgate.load.workload.trace`),
@@ -512,8 +518,10 @@ def build_summary(run_dir: Path, extra: list[Record] | None = None) -> Summary:
             by_level.setdefault(str(r.level), []).append(r)
             seen.add((str(r.level), r.i))
     stop = load_json(run_dir / "stop.json") if (run_dir / "stop.json").exists() else {}
-    levels = {lv: level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"], meta.get("cpus"))
-              for lv, recs in by_level.items()}
+    gpu = read_gpu_file(run_dir)
+    levels = {lv: dataclasses.replace(
+        level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"], meta.get("cpus")),
+        gpu=level_gpu(gpu, meta.get("t0_ns"), recs)) for lv, recs in by_level.items()}
     return Summary(meta["run_id"], meta["loadgate"], meta["model"], meta["api"],
                    _load_kind(meta["profile"]["load"]), levels,
                    not any(s.invalid for s in levels.values()), meta.get("attestation"), bool(meta.get("unverified")),

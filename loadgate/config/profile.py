@@ -174,6 +174,18 @@ class Tls:
 
 
 @dataclass(frozen=True)
+class Gpu:
+    """GPU telemetry read with NVML on this host during the run (`loadgate.load.gpu`)."""
+
+    telemetry: str = knob("auto", "'nvml' reads this host's GPUs (utilisation, memory, power, energy), 'auto' "
+                          "only where the engine runs on this host and NVML is installed, 'off' never",
+                          one_of=lambda: ("auto", "nvml", "off"))
+    interval_s: float = knob(0.5, "seconds between readings", min=0.05)
+    max_mb: float = knob(64.0, "most of gpu.jsonl kept in the run folder, MiB (then readings stop, with a "
+                         "warning)", exclusive_min=0.0)
+
+
+@dataclass(frozen=True)
 class Target:
     """The engine under test."""
 
@@ -192,6 +204,8 @@ class Target:
     api_key_env: str | None = knob(None, "environment variable holding an API key, sent as "
                                    "`Authorization: Bearer KEY` (read at run time, never written)")
     tls: Tls = field(default_factory=Tls, metadata={"help": "HTTPS: CA file, client certificate, insecure mode"})
+    gpu: Gpu = field(default_factory=Gpu, metadata={"help": "GPU telemetry from NVML on this host: mode, "
+                                                             "interval, size cap"})
     limits: ResponseLimits = field(default_factory=ResponseLimits,
                                    metadata={"help": "limits on what the client accepts from the server"})
     declared: dict[str, str] = field(default_factory=dict, metadata={

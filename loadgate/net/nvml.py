@@ -98,3 +98,59 @@ def open_nvml(lib: Any = None) -> tuple[Nvml | None, str | None]:
         nvml.close()
         return None, "NVML sees no GPU"
     return nvml, None
+
+
+def record(out: Any, interval_s: float, max_bytes: int, stopped: Callable[[float], bool]) -> None:
+    """Write NVML readings to the binary file `out`, one JSON line per GPU reading, every `interval_s`
+    until `stopped(timeout)` says so: a first line {"source": "nvml", "interval_s", "absent": the
+    reason there are none, or null}, then the readings, then {"end": {"cpu_s", "readings", "capped"}}
+    (this process's CPU time). Past `max_bytes` no more readings are kept and the end says capped."""
+    import resource
+
+    import orjson
+
+    nvml, why = open_nvml()
+    out.write(orjson.dumps({"source": "nvml", "interval_s": interval_s, "absent": why}) + b"\n")
+    out.flush()
+    n, size, capped = 0, 0, False
+    if nvml is not None:
+        try:
+            while True:
+                if not capped:
+                    for r in nvml.read():
+                        line = orjson.dumps(r.to_json()) + b"\n"
+                        if size + len(line) > max_bytes:
+                            capped = True
+                            break
+                        out.write(line)
+                        size += len(line)
+                        n += 1
+                    out.flush()
+                if stopped(interval_s):
+                    break
+        finally:
+            nvml.close()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out.write(orjson.dumps({"end": {"cpu_s": ru.ru_utime + ru.ru_stime, "readings": n, "capped": capped}}) + b"\n")
+    out.flush()
+
+
+def _main() -> None:
+    """`python -m loadgate.net.nvml OUT INTERVAL_S MAX_BYTES`: readings until standard input closes
+    (the run that started it ends, or dies: no reader outlives its run)."""
+    import os
+    import select
+    import sys
+
+    path, interval_s, max_bytes = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+
+    def stopped(timeout: float) -> bool:
+        readable, _, _ = select.select([sys.stdin], [], [], timeout)
+        return bool(readable) and not os.read(sys.stdin.fileno(), 1)
+
+    with open(path, "wb") as out:
+        record(out, interval_s, max_bytes, stopped)
+
+
+if __name__ == "__main__":
+    _main()

@@ -238,6 +238,7 @@ def render_summary(summary: Summary) -> str:
                  f"{k} {fmt(v['min'], 1)}/{fmt(v['mean'], 1)}/{fmt(v['max'], 1)}" for k, v in gauges.items() if v]
         if parts:
             out.append("server (min/mean/max): " + " · ".join(parts))
+        out += gpu_lines(s.gpu)
         h = s.client_health
         if h.loop_lag_ms["p99"] is not None:
             cpu = h.client_cpu_fraction
@@ -342,3 +343,38 @@ def summary_csv(summary: Summary) -> str:
     for r in summary_rows(summary):
         w.writerow(["inf" if isinstance(v, float) and math.isinf(v) else v for v in r])
     return buf.getvalue()
+
+
+def gpu_lines(gpu: dict[str, Any] | None) -> list[str]:
+    """The level's GPU figures (`analysis.gpu.level_gpu`): a line per GPU, the energy per output
+    token, and why there are none or fewer than asked for."""
+    if gpu is None:
+        return []
+    if gpu.get("absent"):
+        return [f"GPU: no readings ({gpu['absent']})"]
+    win = gpu.get("window")
+    if not win:
+        return ["GPU: no readings inside the window"]
+    out = []
+    for k, g in win["gpus"].items():
+        parts = []
+        if g["util_pct"]:
+            parts.append(f"utilisation {g['util_pct']['mean']:.0f}% (max {g['util_pct']['max']:.0f}%)")
+        if g["power_w"]:
+            parts.append(f"power {g['power_w']['mean']:.0f} W (max {g['power_w']['max']:.0f} W)")
+        if g["mem_used_bytes_max"] is not None:
+            total = "" if g["mem_total_bytes"] is None else f" of {g['mem_total_bytes'] / 2**30:.1f}"
+            parts.append(f"memory {g['mem_used_bytes_max'] / 2**30:.2f}{total} GiB")
+        if g["energy_j"] is not None:
+            how = "energy counter" if g["energy_source"] == "counter" else "power x time"
+            parts.append(f"energy {fmt(g['energy_j'], 1)} J ({how})")
+        parts += [f"{field}: {why}" for field, why in g["absent"].items()]
+        out.append(f"GPU {k} ({g['name'] or 'unnamed'}, {g['readings']} readings): " + " · ".join(parts))
+    if win.get("joules_per_output_token") is not None:
+        out.append(f"GPU energy per output token: {win['joules_per_output_token']:.4f} J "
+                   f"({fmt(win['energy_j'], 1)} J over the window, every GPU of this host)")
+    if gpu.get("capped"):
+        out.append("warning: GPU readings stopped at target.gpu.max_mb; the later part of the run has none")
+    if gpu.get("reader_cpu_s") is not None:
+        out.append(f"GPU reader: {gpu['reader_cpu_s']:.2f} CPU s over the run (its own process)")
+    return out

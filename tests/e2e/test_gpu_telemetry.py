@@ -1,0 +1,104 @@
+"""GPU telemetry through a run (`target.gpu`): the reader runs in its own process beside the levels,
+the run folder keeps its readings (gpu.jsonl), and each level's summary cuts its window out of them.
+The GPU here is a stand-in module with a known truth (tests/data/gpu/fake_nvml: 250 W, its energy
+counter 250 J a second); NVML itself was read on an H200 (docs/validation/nvml-window-h200.txt)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import loadgate
+from loadgate.cli import main
+from loadgate.config.profile import Distribution, Gpu, Load, Output, Profile, Target, Workload
+from loadgate.config.simconfig import SimConfig
+from loadgate.jsonutil import load_json
+from loadgate.sim.process import SimProcess
+from tests.profiles import LAX_BUDGETS
+
+FAKE = Path(__file__).resolve().parents[1] / "data" / "gpu" / "fake_nvml"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Any:
+    with SimProcess(SimConfig(decode_step_us=2000.0), startup_timeout=60) as s:
+        yield s
+
+
+def profile(url: str, tmp: Path, telemetry: str) -> Profile:
+    return Profile(name="gpu", seed=3, target=Target(endpoint=url, api="openai-completions",
+                                                     gpu=Gpu(telemetry=telemetry, interval_s=0.1)),
+                   workload=Workload(requests=120, input_len=Distribution(dist="fixed", value=16),
+                                     output_len=Distribution(dist="fixed", value=16)),
+                   load=Load(concurrency=4), health=LAX_BUDGETS, output=Output(dir=str(tmp / "out")),
+                   path=str(tmp / "p.yaml"))
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE), os.environ.get("PYTHONPATH", "")]))
+
+
+def test_a_runs_levels_carry_the_gpus_energy_over_their_window_and_joules_per_token(sim, tmp_path, fake_nvml, capsys):
+    result = loadgate.run(profile(sim.url, tmp_path, "nvml"), unverified=True)
+    assert result.exit_code == 11, result
+    lv = load_json(result.run_dir / "summary.json")["levels"]["4"]
+    gpu, win = lv["gpu"], lv["gpu"]["window"]
+    g = win["gpus"]["0"]
+    assert gpu["source"] == "nvml" and gpu["absent"] is None and not gpu["capped"] and gpu["reader_cpu_s"] > 0
+    assert g["name"] == "Fake GPU" and g["energy_source"] == "counter" and g["readings"] >= 2
+    window_s = lv["throughput"]["window_s"]
+    # the counter's rise from the last reading before the window to the first after it: 250 J a second
+    # over the window and at most one reading interval (0.1 s) on each side, with the reader's lateness
+    assert 250 * window_s <= g["energy_j"] <= 250 * (window_s + 0.2) + 25, (g["energy_j"], window_s)
+    tokens = lv["throughput"]["output_token_throughput"] * window_s
+    assert win["joules_per_output_token"] == pytest.approx(g["energy_j"] / tokens)
+    assert g["util_pct"] == {"mean": 40.0, "max": 40.0} and g["power_w"] == {"mean": 250.0, "max": 250.0}
+    assert g["process_mem_bytes_max"] == {"4242": 9 * 2**30} and g["mem_used_bytes_max"] == 10 * 2**30
+    capsys.readouterr()
+    assert main(["report", str(result.run_dir)]) == 11
+    out = capsys.readouterr().out
+    assert "GPU 0 (Fake GPU" in out and "power 250 W (max 250 W)" in out and "GPU energy per output token" in out
+
+
+def test_a_gpu_that_cannot_be_read_is_a_stated_absence_and_the_run_goes_on(sim, tmp_path, fake_nvml, monkeypatch,
+                                                                           capsys):
+    monkeypatch.setenv("FAKE_NVML_FAIL", "1")
+    result = loadgate.run(profile(sim.url, tmp_path, "nvml"), unverified=True)
+    assert result.exit_code == 11
+    assert load_json(result.run_dir / "summary.json")["levels"]["4"]["gpu"]["absent"] == \
+        "NVML did not start: Driver Not Loaded"
+    capsys.readouterr()
+    assert main(["report", str(result.run_dir)]) == 11
+    assert "GPU: no readings (NVML did not start: Driver Not Loaded)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("telemetry", ["off", "auto"])
+def test_off_reads_no_gpu_and_auto_reads_none_without_the_drivers_library(sim, tmp_path, fake_nvml, telemetry):
+    """auto reads a GPU only where the engine is on this host and NVIDIA's library is installed: the
+    simulator is on 127.0.0.1 here, and this machine has no libnvidia-ml (the stand-in module alone
+    does not count)."""
+    import ctypes.util
+
+    if telemetry == "auto" and ctypes.util.find_library("nvidia-ml") is not None:
+        pytest.skip("this host has NVIDIA's library: auto would read its GPUs")
+    result = loadgate.run(profile(sim.url, tmp_path, telemetry), unverified=True)
+    assert result.exit_code == 11
+    assert not (result.run_dir / "gpu.jsonl").exists()
+    assert load_json(result.run_dir / "summary.json")["levels"]["4"]["gpu"] is None
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("telemetry: nvm", "target.gpu.telemetry: expected one of 'auto', 'nvml', 'off', got 'nvm'"),
+    ("interval_s: 0.01", "target.gpu.interval_s"),
+    ("max_mb: 0", "target.gpu.max_mb"),
+])
+def test_a_bad_gpu_setting_is_refused_in_one_line(tmp_path, capsys, line, words):
+    p = tmp_path / "g.yaml"
+    p.write_text(f"name: g\ntarget:\n  endpoint: embedded\n  gpu:\n    {line}\n")
+    assert main(["validate", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(p) in err and words in err, err
