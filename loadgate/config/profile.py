@@ -857,7 +857,7 @@ class Profile:
         top = max(rates)
         n = ramps.expected_arrivals(r.shape, ramps.start_of(r.start, top, closed=False), top, r.duration_s)
         if n >= self.workload.request_count:
-            return [("load.ramp.duration_s", f"a {r.shape} ramp over {r.duration_s:g} s to {top:g} requests/s sends "
+            return [("load.ramp.duration_s", f"a ramp over {r.duration_s:g} s ({r.shape}) to {top:g} requests/s sends "
                      f"about {n:,.0f} requests, not fewer than the measured phase's workload.requests "
                      f"({self.workload.request_count:,}): shorten the ramp or raise workload.requests")]
         return []
