@@ -55,13 +55,16 @@ def test_a_closed_loop_ramp_opens_its_slots_on_the_curve_and_stays_out_of_every_
     # outside the measured window: every ramp request ended before the window began
     assert max(r.start_ns for r in ramp) <= max(r.end_ns for r in ramp) < min(r.origin_ns for r in measured)
     assert level.throughput.window_s == (max(r.end_ns for r in measured) - min(r.origin_ns for r in measured)) / 1e9
-    # in flight at the server over the ramp: floor(load(t)) slots are open at t (1 -> 8), never all 8
+    # in flight at the server over the ramp: floor(load(t)) slots are open at t (1 -> 8: at T/2, 4 linear,
+    # 2 exponential), and never all 8 (the last slot would open at T: exact, whatever the machine's load)
     origin = meta["t0_ns"] + min(r.ready_ns for r in ramp)  # slot 0 opened: the ramp's start
     assert max(_in_flight(ramp_truth, t["arrival_ns"]) for t in ramp_truth) <= 7
     for f in (0.25, 0.5, 0.75):  # each at least 38 ms from a slot's opening
         expect = math.floor(ramps.load_at(shape, 1, 8, T, f * T))
         got = max(_in_flight(ramp_truth, origin + int((f * T + d) * 1e9)) for d in (-0.01, -0.005, 0, 0.005, 0.01))
-        assert expect - 2 <= got <= expect, (f, got, expect)  # loose below: a busy machine starts slots late
+        # tolerance for a busy machine: a slot late to send (-2), the first slot late to open, so that the
+        # origin is late and the next slot counted early (+1)
+        assert expect - 2 <= got <= expect + 1, (f, got, expect)
     assert f"ramp: {len(ramp)} requests before the measured window" in render_summary(build_summary(run_dir))
 
 
