@@ -7,6 +7,9 @@ With `load.workers: N` the phase runs in N processes, each with its own loop and
   number in flight are those of a single closed loop;
 - open loop: request k goes to worker k % N, each starting its share at the same absolute
   intended times (`perf_counter_ns` is one system-wide monotonic clock on Linux).
+- a ramp (`load.ramp`): each worker ramps its share from the same start time: closed loop, worker j
+  opens the level's slots j, j + N, j + 2N, … at their times on the curve, each drawing ramp requests
+  j, j + N, … (so the total in flight is one process's); open loop, ramp request k goes to worker k % N.
 The workers live for a whole load level (`WorkerGroup`): its warmup and measured phases run in
 the same processes on the same connections. The warmup is split k % N instead of by the shared
 counter, so each worker gets its share in proportion to its slots and every slot opens its
