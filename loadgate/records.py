@@ -6,8 +6,8 @@ run. All times are integer nanoseconds of `time.perf_counter_ns()` relative to t
 `t0_ns` (kept in `meta.json`). In memory a record is a `Record`; on disk it is that dataclass's
 fields as JSON, in order.
 
-Schema version 8 — fields of one record:
-  v                  schema version (8)
+Schema version 9 — fields of one record:
+  v                  schema version (9)
   i                  index in the request plan (warmup requests first)
   warmup             true for warmup requests (excluded from every figure)
   level              the load level this request belongs to: concurrency (closed loop) or rate
@@ -71,6 +71,10 @@ Schema version 8 — fields of one record:
                      (vLLM `usage.prompt_tokens_details.cached_tokens` with
                      --enable-prompt-tokens-details, SGLang `meta_info.cached_tokens`); null where
                      it did not say (new in v8)
+  ramp               true for the requests of a level's ramp (`load.ramp`: after the warmup, before the
+                     measured phase; excluded from every figure like warmup), false otherwise (new in v9)
+
+Version 8 had the same fields less `ramp` (read as false).
 
 Version 7 had the same fields less `conversation`, `turn`, `turns` and `cached_tokens` (read as null).
 
@@ -81,7 +85,7 @@ Version 4 had the same fields less `counts_received` (read as null).
 Version 3 had the same fields less `chunk_busy` (read as null: the cause is unknown).
 Version 2 had the same fields as 3 less `chunk_early_ns` and the limit error kinds (read as no bound).
 Version 1 as version 2, except that `new_connection` was absent from files written before it was
-added (read as null). `read_records` reads all eight.
+added (read as null). `read_records` reads all nine.
 """
 
 from __future__ import annotations
@@ -98,8 +102,8 @@ import orjson
 from loadgate.errors import ResultsNotWritten, UsageError
 from loadgate.secrets import redact_bytes
 
-SCHEMA_VERSION = 8
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+SCHEMA_VERSION = 9
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 
 # The host took at most this share of the machine's CPU time during a phase (health.json's
@@ -160,10 +164,16 @@ class Record:
     turn: int | None = None  # its turn, 1-based (new in v8)
     turns: int | None = None  # the turns the conversation was planned to send (new in v8)
     cached_tokens: int | None = None  # prompt tokens the engine's prefix cache served, as it said (new in v8)
+    ramp: bool = False  # a request of a level's ramp, outside every figure (new in v9)
 
     @property
     def succeeded(self) -> bool:
         return self.error is None
+
+    @property
+    def excluded(self) -> bool:
+        """Outside every figure: a warmup or a ramp request."""
+        return self.warmup or self.ramp
 
     @property
     def origin_ns(self) -> int:
@@ -188,7 +198,7 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
-        """A record from its JSON object (schema v1 to v8); KeyError/TypeError on a wrong shape."""
+        """A record from its JSON object (schema v1 to v9); KeyError/TypeError on a wrong shape."""
         err, spec = d.get("error"), d.get("spec")
         fields = {k: d[k] for k in _FIELDS if k in d}
         fields["v"] = SCHEMA_VERSION
@@ -213,6 +223,8 @@ def _check_types(f: dict[str, Any]) -> None:
     bad += [k for k in _OPTIONAL_INTS if f.get(k) is not None and not _is_int(f[k])]
     if not isinstance(f.get("warmup"), bool):
         bad.append("warmup")
+    if not isinstance(f.get("ramp", False), bool):
+        bad.append("ramp")
     if not isinstance(f.get("level"), int | float) or isinstance(f.get("level"), bool):
         bad.append("level")
     for k in ("chunk_ns", "chunk_tokens", "chunk_early_ns", "chunk_busy"):
@@ -334,7 +346,8 @@ class Damage:
 
 
 def read_records(path: Path, *, include_warmup: bool = False, damage: Damage | None = None) -> Iterator[Record]:
-    """Yield records from a records.jsonl (schema v1 to v8), skipping warmup ones unless asked.
+    """Yield records from a records.jsonl (schema v1 to v9), skipping those outside every figure (warmup
+    and ramp requests, `Record.excluded`) unless `include_warmup`.
 
     With `damage`, a line that cannot be read is counted there and skipped, and so is a last line
     cut short; without, such a line is a UsageError naming it (a cut last line still ends the
@@ -352,7 +365,7 @@ def read_records(path: Path, *, include_warmup: bool = False, damage: Damage | N
                     raise
                 damage.add(lineno)
                 continue
-            if include_warmup or not rec.warmup:
+            if include_warmup or not rec.excluded:
                 yield rec
 
 

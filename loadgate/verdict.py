@@ -249,7 +249,7 @@ def _incomplete(run_dir: Path, state: dict[str, Any]) -> Judgement:
 
     code, why = _code_and_why(state)
     recovered, logs = recover(run_dir)
-    from_logs = {(str(r.level), r.i) for r in recovered if not r.warmup}
+    from_logs = {(str(r.level), r.i) for r in recovered if not r.excluded}
     for part in sorted(run_dir.glob(".part-*.jsonl")):  # a worker's records the parent never appended
         recovered += list(read_records(part, include_warmup=True, damage=Damage()))
     missing = [f for f in ("summary.json", "verdict.json") if not (run_dir / f).exists()]

@@ -226,6 +226,7 @@ class LevelSummary:
     conversations: dict[str, Any] | None = None  # `conversation_counts` (v8)
     cached_tokens: dict[str, Any] | None = None  # `cached_tokens` of the level's requests (v8)
     gpu: dict[str, Any] | None = None  # `analysis.gpu.level_gpu`: the GPUs over the window (v9)
+    ramp_requests: int | None = None  # requests the level's ramp sent, outside every figure (v9; null: no ramp)
 
     def to_json(self) -> dict[str, Any]:
         """The fields in order, `invalid` last (the order version 2 wrote)."""
@@ -242,7 +243,8 @@ class LevelSummary:
                    Acceptance(acc.get("per_request"), acc.get("counters"), acc.get("reconciliation")),
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
                    ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"),
-                   d.get("conversations"), d.get("cached_tokens"), d.get("gpu"))
+                   d.get("conversations"), d.get("cached_tokens"), gpu=d.get("gpu"),
+                   ramp_requests=d.get("ramp_requests"))
 
 
 GROUP_FIELDS = ("category", "turn")
@@ -295,7 +297,8 @@ STREAM_ONLY = tuple(n for f in FIGURES if f.streamed
 
 
 def level_summary(records: list[Record], server: ServerLevel | None, health: list[HealthPhase],
-                  profile: dict[str, Any], cpus: dict[str, Any] | None = None) -> LevelSummary:
+                  profile: dict[str, Any], cpus: dict[str, Any] | None = None,
+                  ramp_requests: int | None = None) -> LevelSummary:
     s = summarize(records)
     drop: tuple[str, ...] = ()
     if not (profile.get("load") or {}).get("stream", True):  # one "chunk" per response: its whole body
@@ -343,7 +346,7 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
                         sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups,
-                        conversation_counts(records), cached_tokens(records))
+                        conversation_counts(records), cached_tokens(records), ramp_requests=ramp_requests)
 
 
 def merge_health(parts: list[HealthPhase], schedule: dict[str, float | None] | None = None) -> ClientHealth:
@@ -385,8 +388,10 @@ SUMMARY_VERSION = 9
 """9: capacity planning (issue 30). Each level's `gpu` (NVML readings of this host's GPUs over the
 level's window, `target.gpu`: source, absent, capped, reader_cpu_s, interval_s and `window`: per
 GPU utilisation and power mean/max, memory in use, each process's memory, energy and its source,
-and the energy of every GPU with joules per output token; null where no GPU was read). Version 8
-files read the same, the new fields null.
+and the energy of every GPU with joules per output token; null where no GPU was read). Each level's
+`ramp_requests`: how many requests its ramp sent (`load.ramp`, records v9 `ramp`: after the warmup,
+finished before the measured phase, outside every figure), null without a ramp.
+Version 8 files read the same, the new fields null.
 8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the
 trace's own prefix sharing: ratio, shared_tokens, prompt_tokens, block; `loadgate.load.workload.trace`),
@@ -509,18 +514,27 @@ def build_summary(run_dir: Path, extra: list[Record] | None = None) -> Summary:
     by_level: dict[str, list[Record]] = {str(lv): [] for lv in meta["levels"]}
     damage = Damage()
     seen = set()
+    ramped = meta["profile"]["load"].get("ramp") is not None
+    ramp: dict[str, set[int]] = {lv: set() for lv in by_level} if ramped else {}  # the ramp's requests by level
     if (run_dir / "records.jsonl").exists() or extra is None:
-        for r in read_records(run_dir / "records.jsonl", damage=damage):
+        for r in read_records(run_dir / "records.jsonl", damage=damage, include_warmup=True):
+            if r.excluded:
+                if r.ramp and ramped:
+                    ramp.setdefault(str(r.level), set()).add(r.i)
+                continue
             by_level.setdefault(str(r.level), []).append(r)
             seen.add((str(r.level), r.i))
     for r in extra or ():
-        if not r.warmup and (str(r.level), r.i) not in seen:
+        if r.ramp and ramped:
+            ramp.setdefault(str(r.level), set()).add(r.i)
+        if not r.excluded and (str(r.level), r.i) not in seen:
             by_level.setdefault(str(r.level), []).append(r)
             seen.add((str(r.level), r.i))
     stop = load_json(run_dir / "stop.json") if (run_dir / "stop.json").exists() else {}
     gpu = read_gpu_file(run_dir)
     levels = {lv: dataclasses.replace(
-        level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"], meta.get("cpus")),
+        level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"], meta.get("cpus"),
+                      len(ramp.get(lv, ())) if ramped else None),
         gpu=level_gpu(gpu, meta.get("t0_ns"), recs)) for lv, recs in by_level.items()}
     return Summary(meta["run_id"], meta["loadgate"], meta["model"], meta["api"],
                    _load_kind(meta["profile"]["load"]), levels,

@@ -21,7 +21,7 @@ from loadgate.config.contract import Contract
 from loadgate.config.knob import knob
 from loadgate.config.simconfig import SimConfig
 from loadgate.config.typed_yaml import json_schema, line_of_key, load_dataclass_file
-from loadgate.core import probes
+from loadgate.core import probes, ramps
 from loadgate.core.figures import ab_figures
 from loadgate.core.thresholds import ThresholdError, parse
 from loadgate.engine.adapters import apis
@@ -452,6 +452,24 @@ class Search:
 
 
 @dataclass(frozen=True)
+class Ramp:
+    """Before each measured level, after its warmup, the load rises from `start` to the level's over
+    `duration_s` (docs/workloads.md#ramps): a closed loop's limit on requests in flight grows, an open
+    loop's arrival rate grows (the intended times follow the integrated rate). No request starts after
+    `duration_s`; those in flight finish before the level's counters are scraped and its measured
+    phase starts. The ramp's requests are flagged (`ramp` in their records) and outside every figure."""
+
+    duration_s: float = field(metadata={"help": "seconds the load takes to rise to the level's", "exclusive_min": 0.0})
+    shape: Literal["linear", "exponential"] = knob(
+        "linear", "how the load rises over time: linear (start + (level - start) t / T) or exponential "
+        "(start x (level / start) ^ (t / T))")
+    start: float | None = knob(
+        None, "the load the ramp starts from: requests in flight (closed loop, a whole number; default 1) or "
+        "arrivals per second (open loop; default a tenth of the level's rate); above a level's load, that "
+        "level's ramp holds its load", exclusive_min=0.0)
+
+
+@dataclass(frozen=True)
 class Load:
     """How to send it: closed loop (`concurrency`), open loop (`rate`), or a timed trace's own times
     (`schedule: trace`)."""
@@ -496,6 +514,23 @@ class Load:
                           "before they are cancelled (a second signal cancels at once)", min=0.0)
     abort: Abort | None = knob(None, "a circuit breaker: stop the run when the measured requests fail at this "
                                "rate over a sliding window (exit 20, ABORTED)")
+    ramp: Ramp | None = knob(None, "before each measured level, the load rises to the level's over "
+                             "ramp.duration_s (its requests outside every figure; docs/workloads.md#ramps)")
+
+    def _check_ramp(self) -> list[tuple[str, str]]:
+        """A ramp shorter than the measured phase's `duration_s`, starting at a whole number of requests in
+        flight in a closed loop."""
+        r = self.ramp
+        if r is None:
+            return []
+        if self.duration_s is not None and r.duration_s >= self.duration_s:
+            return [("ramp.duration_s", f"the ramp ({r.duration_s:g} s) must be shorter than the measured phase "
+                     f"(load.duration_s: {self.duration_s:g} s)")]
+        closed = self.concurrency is not None or (self.search is not None and self.search.over == "concurrency")
+        if closed and r.start is not None and r.start != int(r.start):
+            return [("ramp.start", f"a closed loop's ramp starts at a whole number of requests in flight, got "
+                     f"{r.start:g}")]
+        return []
 
     @property
     def rates(self) -> tuple[float, ...]:
@@ -507,8 +542,9 @@ class Load:
         """Exactly one of concurrency and rate (neither under a trace's schedule); open-loop-only knobs
         only with rate or a trace."""
         if self.schedule == "trace":
-            if self.search is not None:
-                return [("search", "load.schedule: trace sends each request at its trace timestamp: no search")]
+            for key in ("search", "ramp"):
+                if getattr(self, key) is not None:
+                    return [(key, f"load.schedule: trace sends each request at its trace timestamp: no {key}")]
             for key in ("concurrency", "rate"):
                 if getattr(self, key) is not None:
                     return [(key, "load.schedule: trace sends each request at its trace timestamp: no "
@@ -523,6 +559,9 @@ class Load:
         for key, default in (("trace_speed", 1.0), ("trace_start_s", 0.0), ("trace_length_s", None)):
             if getattr(self, key) != default:
                 return [(key, "only used with load.schedule: trace")]
+        problem = self._check_ramp()
+        if problem:
+            return problem
         if self.search is not None:
             for key in ("concurrency", "rate"):
                 if getattr(self, key) is not None:
@@ -803,7 +842,7 @@ class Profile:
                     parse(metric, text)
                 except ThresholdError as e:
                     return [(f"thresholds.{metric}[{k}]", e.reason)]
-        problem = self._check_search()
+        problem = self._check_search() or self._check_ramp_requests()
         if problem:
             return problem
         ss = self.workload.sessions
@@ -817,6 +856,25 @@ class Profile:
                      "write a baseline file with `loadgate baseline`")]
         return []
 
+
+    def _check_ramp_requests(self) -> list[tuple[str, str]]:
+        """An open loop's ramp sends fewer requests than its measured phase: its expected arrivals
+        (`loadgate.core.ramps.expected_arrivals`, at the highest rate a level or search probe runs) are
+        below `workload.requests`. A closed loop's ramp sends as many as the server finishes, unknown
+        before the run (the summary counts them: `ramp_requests`)."""
+        load, r = self.load, self.load.ramp
+        if r is None or load.schedule == "trace":
+            return []
+        rates = (load.search.hi,) if load.search is not None and load.search.over == "rate" else load.rates
+        if not rates:
+            return []
+        top = max(rates)
+        n = ramps.expected_arrivals(r.shape, ramps.start_of(r.start, top, closed=False), top, r.duration_s)
+        if n >= self.workload.request_count:
+            return [("load.ramp.duration_s", f"a ramp over {r.duration_s:g} s ({r.shape}) to {top:g} requests/s sends "
+                     f"about {n:,.0f} requests, not fewer than the measured phase's workload.requests "
+                     f"({self.workload.request_count:,}): shorten the ramp or raise workload.requests")]
+        return []
 
     def _check_search(self) -> list[tuple[str, str]]:
         """A search needs thresholds to judge its probes, probes large enough for their strictest

@@ -67,6 +67,7 @@ class Exchange:
     counted: bool = False  # prompt_len is the whole count the server reports (a dataset prompt's)
     category: str | None = None
     session: tuple[int, int, int] | None = None  # a conversation's turn: (conversation, turn, turns)
+    ramp: bool = False  # a request of the level's ramp (`load.ramp`)
 
 
 def _frame(header: dict[str, Any], payload: bytes) -> bytes:
@@ -81,7 +82,7 @@ def encode(x: Exchange) -> bytes:
     reads = raw.socket_reads if raw.socket_reads is not None else raw.reads
     header = {
         "i": x.i, "w": x.warmup, "pl": x.prompt_len, "ol": x.output_len, "t0": x.t0_ns, "lv": x.level,
-        "rd": x.ready_ns, "in": x.intended_ns, "pc": x.counted, "cg": x.category, "cv": x.session,
+        "rd": x.ready_ns, "in": x.intended_ns, "pc": x.counted, "cg": x.category, "cv": x.session, "rp": x.ramp,
         "st": raw.start_ns, "hd": raw.headers_ns, "en": raw.end_ns, "ss": raw.status,
         "er": None if raw.error is None else [raw.error.kind, raw.error.detail],
         "sk": socket, "ts": [t for t, _ in reads], "ln": [len(b) for _, b in reads],
@@ -109,7 +110,8 @@ def _exchange(h: dict[str, Any], payload: bytes) -> Exchange:
         raw.reads = reads
         raw.prev_read_of = {int(t): int(f) for t, f in h.get("pr") or []}
     return Exchange(h["i"], h["w"], h["pl"], h["ol"], h["t0"], h["lv"], h["rd"], h["in"], raw,
-                    bool(h.get("pc", False)), h.get("cg"), None if h.get("cv") is None else tuple(h["cv"]))
+                    bool(h.get("pc", False)), h.get("cg"), None if h.get("cv") is None else tuple(h["cv"]),
+                    bool(h.get("rp", False)))
 
 
 class ExchangeLog:

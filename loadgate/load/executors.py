@@ -69,26 +69,35 @@ async def run_one(t: LiveTarget, req: PlannedRequest, run_tag: str, rec: Recorde
 class ClosedLoop:
     """`concurrency` slots; each takes the next request as soon as its previous one finished.
     `ready_ns` is the moment the slot became free, so client-side queueing is visible. `level` is
-    the whole run's concurrency when this loop is one worker process's share of it."""
+    the whole run's concurrency when this loop is one worker process's share of it. With `delays_ns`
+    (a ramp, `load.ramp`), slot j takes its first request at `start_ns + delays_ns[j]`; a slot that
+    would open at or after `stop_at_ns` sends nothing."""
 
     concurrency: int
     level: int | None = None
     stop_at_ns: int | None = None
     stop: StopFlag = NEVER
+    start_ns: int = 0
+    delays_ns: tuple[int, ...] = ()
 
     async def run(self, t: LiveTarget, reqs: Iterable[PlannedRequest], recorder: Recorder, *, run_tag: str,
                   t0_ns: int) -> None:
         it: Iterator[PlannedRequest] = iter(reqs)
         level = self.level or self.concurrency
 
-        async def slot() -> None:
+        async def slot(j: int) -> None:
+            if self.delays_ns:
+                opens = self.start_ns + self.delays_ns[j]
+                if self.stop_at_ns is not None and opens >= self.stop_at_ns:
+                    return
+                await sleep_until(opens, self.stop)
             for req in it:
                 ready = perf_counter_ns()
                 if (self.stop_at_ns is not None and ready >= self.stop_at_ns) or self.stop.is_set():
                     return
                 await run_one(t, req, run_tag, recorder, t0_ns=t0_ns, level=level, ready_ns=ready, intended_ns=None)
 
-        await asyncio.gather(*(slot() for _ in range(self.concurrency)))
+        await asyncio.gather(*(slot(j) for j in range(self.concurrency)))
 
 
 async def sleep_until(t_ns: int, stop: StopFlag = NEVER, precise: bool = True) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import ctypes.util
 import importlib.util
 import ipaddress
+import select
 import socket
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from urllib.parse import urlsplit
 
 from loadgate.analysis.gpu import GPU_FILE
 from loadgate.config.profile import Profile
+
+READY_S = 10.0  # the longest the run waits for the reader's first readings
 
 
 def engine_is_local(endpoint: str) -> bool:
@@ -55,8 +58,14 @@ def gpu_telemetry(profile: Profile, run_dir: Path) -> Iterator[None]:
     g = profile.target.gpu
     child = subprocess.Popen(
         [sys.executable, "-m", "loadgate.net.nvml", str(run_dir / GPU_FILE), repr(g.interval_s),
-         str(int(g.max_mb * 2**20))], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         str(int(g.max_mb * 2**20))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
+        # the levels start once the first readings are written (or the reader said why there are
+        # none), so the first window has a reading before it; a reader that hangs costs READY_S
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], READY_S)
+        if ready:
+            child.stdout.readline()
         yield
     finally:
         assert child.stdin is not None
@@ -67,3 +76,5 @@ def gpu_telemetry(profile: Profile, run_dir: Path) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+        assert child.stdout is not None
+        child.stdout.close()

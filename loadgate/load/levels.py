@@ -1,6 +1,7 @@
 """The performance phase's load levels, one after another: for each level (a concurrency of a
-closed loop, or the rate of an open loop), empty the prefix cache when asked, run the warmup, scrape
-the server's counters, run the measured requests while its gauges are sampled, and scrape again.
+closed loop, or the rate of an open loop), empty the prefix cache when asked, run the warmup, then the
+ramp (`load.ramp`: the load rising to the level's, every request of it finished before what follows),
+scrape the server's counters, run the measured requests while its gauges are sampled, and scrape again.
 
 `loadgate.runs.measure` opens the run folder's record writer and the progress bar, admits the gate's
 token and writes meta.json, then hands the levels to `run_levels` and writes what it returns
@@ -108,6 +109,9 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             if plan.n_warmup:
                 await _phase(plan, Phase(plan.warmup_requests(), loop, tag + "w", t0_ns, warmup=True),
                              writer, tick, runner, stop)
+            if load.ramp is not None and not stop.is_set():  # before the scrape: the counters hold none of it
+                await _phase(plan, Phase(range(len(plan), len(plan)), loop, tag + "r", t0_ns, ramp=load.ramp),
+                             writer, lambda n: None, runner, stop)
             if stop.is_set():
                 break
             before = await scrape(e.session, metrics_url)

@@ -2,7 +2,9 @@
 
 Same profile, seed and pool give the same list, byte for byte. Measured requests use the
 profile's seed; warmup requests use a derived seed, so changing the warmup count never changes
-the measured requests.
+the measured requests. A ramp's requests (`load.ramp`) are drawn like warmup requests, from their
+own salt, as many as the ramp sends (plan indices from `len(plan)` on); an open loop's ramp has its
+intended times from the integrated rate curve (`loadgate.core.ramps`), from its own random stream.
 
 Rounds (`workload.cache: fresh`, the default): each load level of a sweep and each A/B pair is a
 round with its own prompt token ids, drawn from `(seed, salt, round, k)`; the lengths, the
@@ -15,12 +17,14 @@ a second run of one profile does not meet the first one's prompts either.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from loadgate.config.profile import DatasetFields, Load, Profile, Workload
+from loadgate.core import ramps
 from loadgate.engine.adapters import is_chat
 from loadgate.errors import UsageError
 from loadgate.load.workload.dataset import has_trace, open_rows, row_stamps
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
 
 _WARMUP_SEED_SALT = 0x5EED_0001
 _MEASURED_SALT = 0x5EED_0000
+_RAMP_SALT = 0x5EED_0002 << 32  # plus the block's number: never one of the salts above
+RAMP_BLOCK = 256  # a ramp's requests are drawn this many at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,7 @@ class PlannedRequest:
     category: str | None = None
     session: tuple[int, int, int] | None = None  # a conversation's turn: (conversation, turn 1-based, turns)
     exchange: tuple[Part, ...] | None = None  # a conversation's history and new turn, sent as messages or text
+    ramp: bool = False  # a request of the level's ramp (`load.ramp`), outside every figure
 
     @property
     def prompt_len(self) -> int | None:
@@ -108,6 +115,59 @@ class _Requests:
         return tuple(ids.tolist())
 
 
+class _RampRequests:
+    """A ramp's requests, as many as asked for (a closed loop's ramp sends as many as the server
+    finishes): block b of `RAMP_BLOCK` is drawn from `(seed, ramp salt + b)`, so request k is the same
+    whoever asks and in whatever order."""
+
+    def __init__(self, w: Workload, seed: int, pool: np.ndarray, base_dir: Path, key: tuple[int, ...]) -> None:
+        self.args = w, seed, pool, base_dir, key
+        self.blocks: dict[int, _Requests] = {}
+
+    def get(self, k: int) -> tuple[tuple[int, ...], int]:
+        """Request k's prompt ids and output length."""
+        w, seed, pool, base_dir, key = self.args
+        b, j = divmod(k, RAMP_BLOCK)
+        block = self.blocks.get(b)
+        if block is None:
+            block = self.blocks[b] = _Requests(w, RAMP_BLOCK, seed, _RAMP_SALT + b, pool, base_dir, key)
+        return block.prompt(j), int(block.osl[j])
+
+
+def _unit_gaps(load: Load, n: int, mean: float, rng: np.random.Generator) -> np.ndarray:
+    """`n` gaps of mean `mean` of the arrival process (`arrival_offsets_ns`)."""
+    import numpy as np
+
+    if load.arrival == "constant":
+        return np.full(n, mean)
+    if load.arrival == "gamma":
+        return rng.gamma(load.burstiness, mean / load.burstiness, size=n)
+    return rng.exponential(mean, size=n)
+
+
+def ramp_offsets_ns(load: Load, rng: np.random.Generator) -> list[int]:
+    """An open loop's ramp to `load.rate` (its first): intended start offsets from the ramp's start,
+    each below `load.ramp.duration_s`. The arrival process's gaps of mean 1 (constant: exactly 1), their
+    running sums from 0, mapped through the inverse of the integrated rate (`loadgate.core.ramps`)."""
+    import numpy as np
+
+    r = load.ramp
+    assert r is not None and load.rates
+    level = load.rates[0]
+    start = ramps.start_of(r.start, level, closed=False)
+    expected = ramps.expected_arrivals(r.shape, start, level, r.duration_s)
+    n = int(expected * 1.5) + 16
+    while True:  # enough arrivals to pass the ramp's end (a bursty process may need more draws)
+        gaps = _unit_gaps(load, n, 1.0, rng)
+        gaps[0] = 0.0
+        cum = np.cumsum(gaps)
+        if cum[-1] >= expected:
+            break
+        n *= 2
+    t = ramps.arrival_times_s(r.shape, start, level, r.duration_s, cum)
+    return [int(x) for x in np.rint(t[t < r.duration_s] * 1e9)]
+
+
 def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int]:
     """Intended start offsets for an open loop at `load.rate` requests/s (a sweep's first rate; each
     level of a sweep plans with its own, see `loadgate.load.levels.at_level`).
@@ -119,13 +179,7 @@ def arrival_offsets_ns(load: Load, n: int, rng: np.random.Generator) -> list[int
     import numpy as np
 
     assert load.rates
-    mean = 1.0 / load.rates[0]
-    if load.arrival == "constant":
-        gaps = np.full(n, mean)
-    elif load.arrival == "gamma":
-        gaps = rng.gamma(load.burstiness, mean / load.burstiness, size=n)
-    else:
-        gaps = rng.exponential(mean, size=n)
+    gaps = _unit_gaps(load, n, 1.0 / load.rates[0], rng)
     gaps[0] = 0.0
     return [int(x) for x in np.rint(np.cumsum(gaps) * 1e9)]
 
@@ -216,6 +270,11 @@ class Plan(Sequence[PlannedRequest]):
         elif load.rate is not None:
             self.offsets = arrival_offsets_ns(load, n, np.random.default_rng([profile.seed, 1]))
         self.n_warmup = len(self.warm)
+        self.ramp = None if load.ramp is None else _RampRequests(w, profile.seed, pool, base_dir, key)
+        # an open loop's ramp: its intended offsets from the ramp's start (a closed loop's ramp: None)
+        self.ramp_offsets: list[int] | None = None
+        if load.ramp is not None and load.rate is not None:
+            self.ramp_offsets = ramp_offsets_ns(load, np.random.default_rng([profile.seed, 2]))
 
     def __len__(self) -> int:
         return self.n_warmup + self.n_measured
@@ -288,6 +347,19 @@ class Plan(Sequence[PlannedRequest]):
         if self.dataset is not None:
             return self.dataset.trace
         return None if self.trace is None else self.trace.info()
+
+    def ramp_request(self, k: int) -> PlannedRequest:
+        """The ramp's request k (plan index `len(self) + k`): drawn ids, the ramp's intended offset (open loop)."""
+        assert self.ramp is not None
+        ids, out = self.ramp.get(k)
+        off = None if self.ramp_offsets is None else self.ramp_offsets[k]
+        return PlannedRequest(len(self) + k, False, ids, out, off, ramp=True)
+
+    def ramp_requests(self, mine: Callable[[int], bool]) -> Iterator[PlannedRequest]:
+        """The ramp's requests k for which `mine(k)`, in order: an open loop's all its offsets, a closed
+        loop's as many as are drawn."""
+        ks = itertools.count() if self.ramp_offsets is None else range(len(self.ramp_offsets))
+        return (self.ramp_request(k) for k in ks if mine(k))
 
     def warmup_requests(self) -> range:
         return range(self.n_warmup)

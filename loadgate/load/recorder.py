@@ -53,7 +53,7 @@ def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | 
         spec=None if d.spec is None else SpecStats(
             d.spec.source, d.spec.verify_steps, d.spec.draft_tokens, d.spec.accepted,
             d.spec.reported_acceptance_length),
-        counts_received=d.counts_received or None, category=req.category,
+        counts_received=d.counts_received or None, category=req.category, ramp=req.ramp,
         reasoning_tokens=reasoning_tokens(d.chunks) or None,
         answer_chunk=answer_chunk(d.chunks), cached_tokens=d.cached_tokens,
         **({} if req.session is None else dict(zip(("conversation", "turn", "turns"), req.session, strict=True))))
@@ -99,6 +99,7 @@ class Planned:
     counted: bool = False  # prompt_len is the server's whole count (no chat template to add)
     category: str | None = None
     session: tuple[int, int, int] | None = None  # (conversation, turn, turns) of a conversation's request
+    ramp: bool = False  # a request of the level's ramp
 
 
 class Recorder:
@@ -119,8 +120,8 @@ class Recorder:
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
         self.log.add(Exchange(req.i, req.warmup, req.prompt_len, req.output_len, t0_ns, level, ready_ns,
-                              intended_ns, raw, req.counted_len is not None, req.category, req.session))
-        if self.breaker is not None and not req.warmup and self.stop.why is None:
+                              intended_ns, raw, req.counted_len is not None, req.category, req.session, req.ramp))
+        if self.breaker is not None and not (req.warmup or req.ramp) and self.stop.why is None:
             why = self.breaker.observe(raw)
             if why is not None:
                 self.stop.abort(why)
@@ -198,7 +199,8 @@ def read_abort(run_dir: Path) -> str | None:
 
 def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None) -> Record:
     """The record of one logged exchange, once decoded."""
-    return to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category, x.session), x.raw, d, t0_ns=x.t0_ns, level=x.level,
+    return to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category, x.session, x.ramp),
+                     x.raw, d, t0_ns=x.t0_ns, level=x.level,
                      ready_ns=x.ready_ns, intended_ns=x.intended_ns, prompt_overhead=prompt_overhead)
 
 

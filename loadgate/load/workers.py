@@ -7,6 +7,9 @@ With `load.workers: N` the phase runs in N processes, each with its own loop and
   number in flight are those of a single closed loop;
 - open loop: request k goes to worker k % N, each starting its share at the same absolute
   intended times (`perf_counter_ns` is one system-wide monotonic clock on Linux).
+- a ramp (`load.ramp`): each worker ramps its share from the same start time: closed loop, worker j
+  opens the level's slots j, j + N, j + 2N, … at their times on the curve, each drawing ramp requests
+  j, j + N, … (so the total in flight is one process's); open loop, ramp request k goes to worker k % N.
 The workers live for a whole load level (`WorkerGroup`): its warmup and measured phases run in
 the same processes on the same connections. The warmup is split k % N instead of by the shared
 counter, so each worker gets its share in proportion to its slots and every slot opens its
@@ -32,7 +35,8 @@ from time import perf_counter_ns
 from typing import Any
 
 import loadgate.errors as errors
-from loadgate.config.profile import Profile
+from loadgate.config.profile import Profile, Ramp
+from loadgate.core import ramps
 from loadgate.load.exchanges import log_path
 from loadgate.load.executors import NEVER, ClosedLoop, Concurrency, LoadLevel, OpenLoop, Rate, StopFlag
 from loadgate.load.health import HealthMonitor
@@ -55,6 +59,7 @@ class Phase:
     t0_ns: int
     duration_s: float | None = None
     warmup: bool = False  # workers split it k % n (every slot gets one), not by the shared counter
+    ramp: Ramp | None = None  # the level's ramp (`load.ramp`): `indices` empty, its requests `plan.ramp_requests`
 
 
 def _share(total: int, n: int, j: int) -> int:
@@ -93,10 +98,12 @@ def prepare(target: LiveTarget, plan: Plan, indices: Iterable[int]) -> None:
 
 async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorder, *, concurrency: int | None,
                  next_index: Callable[[], int | None] | None, start_ns: int | None,
-                 mine: Callable[[int], bool], stop_flag: StopFlag = NEVER, prepared: bool = False) -> dict[str, Any]:
+                 mine: Callable[[int], bool], stop_flag: StopFlag = NEVER, prepared: bool = False,
+                 worker: tuple[int, int] = (0, 1)) -> dict[str, Any]:
     """Run one phase with nothing but sending and receiving in the window: bodies built before,
     records decoded and written after (`Recorder`), the garbage collector off during
-    it (what exists before is frozen; one collection after). `prepared`: `prepare` already ran."""
+    it (what exists before is frozen; one collection after). `prepared`: `prepare` already ran.
+    `worker`: (j, n), this process's place among the level's workers (a ramp opens its slots j, j + n, …)."""
     if not prepared:
         prepare(target, plan, (k for k in phase.indices if next_index is not None or mine(k)))
     monitor = HealthMonitor()
@@ -105,7 +112,10 @@ async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorde
     gc.disable()
     failed: BaseException | None = None
     try:
-        if plan.conversations and not phase.warmup:  # conversations: turn after turn (load.session_loops)
+        if phase.ramp is not None:
+            await _ramp(target, plan, phase, phase.ramp, recorder, start_ns or perf_counter_ns(), mine, stop_flag,
+                        worker)
+        elif plan.conversations and not phase.warmup:  # conversations: turn after turn (load.session_loops)
             first = phase.indices.start  # the shared counter counts conversations from here
             await send_conversations(
                 target, plan, phase.loop, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns,
@@ -142,6 +152,26 @@ async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorde
     gc.unfreeze()
     gc.collect()
     return health
+
+
+async def _ramp(target: LiveTarget, plan: Plan, phase: Phase, ramp: Ramp, recorder: Recorder, start_ns: int,
+                mine: Callable[[int], bool], stop_flag: StopFlag, worker: tuple[int, int]) -> None:
+    """A level's ramp from `start_ns` (`loadgate.core.ramps`): an open loop sends the ramp's requests `mine`
+    at their intended offsets; a closed loop opens its slots over the ramp, this worker's share of them
+    (slots j, j + n, … of the level's), each sending the ramp's requests `mine` one after another. No
+    request starts after the ramp's duration; those in flight finish."""
+    end = start_ns + int(ramp.duration_s * 1e9)
+    reqs = plan.ramp_requests(mine)
+    if isinstance(phase.loop, Rate):
+        await OpenLoop(phase.loop.per_s, start_ns, phase.loop.max_in_flight, end, stop_flag).run(
+            target, reqs, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
+        return
+    n = phase.loop.n
+    j, workers = worker
+    delays = ramps.slot_delays_s(ramp.shape, ramps.start_of(ramp.start, n, closed=True), n, ramp.duration_s)
+    mine_ns = tuple(int(d * 1e9) for d in delays[j::workers])
+    await ClosedLoop(len(mine_ns), n, end, stop_flag, start_ns, mine_ns).run(
+        target, reqs, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
 
 
 async def run_phase_here(target: LiveTarget, plan: Plan, phase: Phase, writer: RecordWriter,
@@ -367,7 +397,7 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                                               concurrency=conc,
                                               next_index=next_index if shared else None,
                                               start_ns=start_ns, mine=lambda k: k % n == j,
-                                              stop_flag=flag, prepared=True)
+                                              stop_flag=flag, prepared=True, worker=(j, n))
                     else:  # no share of this phase: undo `prepare`
                         target.bodies = {}
                         gc.unfreeze()

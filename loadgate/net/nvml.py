@@ -100,34 +100,43 @@ def open_nvml(lib: Any = None) -> tuple[Nvml | None, str | None]:
     return nvml, None
 
 
-def record(out: Any, interval_s: float, max_bytes: int, stopped: Callable[[float], bool]) -> None:
+def record(out: Any, interval_s: float, max_bytes: int, stopped: Callable[[float], bool],
+           ready: Callable[[], None] = lambda: None) -> None:
     """Write NVML readings to the binary file `out`, one JSON line per GPU reading, every `interval_s`
-    until `stopped(timeout)` says so: a first line {"source": "nvml", "interval_s", "absent": the
-    reason there are none, or null}, then the readings, then {"end": {"cpu_s", "readings", "capped"}}
-    (this process's CPU time). Past `max_bytes` no more readings are kept and the end says capped."""
+    until `stopped(timeout)` says so, and once more then (so a window that ends just before has a
+    reading after it): a first line {"source": "nvml", "interval_s", "absent": the reason there are
+    none, or null}, then the readings, then {"end": {"cpu_s", "readings", "capped"}} (this process's
+    CPU time). `ready()` is called once the first readings (or the absence) are written. Past
+    `max_bytes` no more readings are kept and the end says capped."""
     import resource
 
     import orjson
 
     nvml, why = open_nvml()
     out.write(orjson.dumps({"source": "nvml", "interval_s": interval_s, "absent": why}) + b"\n")
-    out.flush()
     n, size, capped = 0, 0, False
-    if nvml is not None:
+    if nvml is None:
+        out.flush()
+        ready()
+    else:
         try:
+            first, last = True, False
             while True:
-                if not capped:
-                    for r in nvml.read():
-                        line = orjson.dumps(r.to_json()) + b"\n"
-                        if size + len(line) > max_bytes:
-                            capped = True
-                            break
-                        out.write(line)
-                        size += len(line)
-                        n += 1
-                    out.flush()
-                if stopped(interval_s):
+                for r in [] if capped else nvml.read():
+                    line = orjson.dumps(r.to_json()) + b"\n"
+                    if size + len(line) > max_bytes:
+                        capped = True
+                        break
+                    out.write(line)
+                    size += len(line)
+                    n += 1
+                out.flush()
+                if first:  # the first readings are on disk: the run may start
+                    ready()
+                    first = False
+                if last:
                     break
+                last = stopped(interval_s)
         finally:
             nvml.close()
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -148,8 +157,12 @@ def _main() -> None:
         readable, _, _ = select.select([sys.stdin], [], [], timeout)
         return bool(readable) and not os.read(sys.stdin.fileno(), 1)
 
+    def ready() -> None:
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+
     with open(path, "wb") as out:
-        record(out, interval_s, max_bytes, stopped)
+        record(out, interval_s, max_bytes, stopped, ready)
 
 
 if __name__ == "__main__":

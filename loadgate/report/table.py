@@ -233,6 +233,9 @@ def render_summary(summary: Summary) -> str:
             out.append(f"connections: {s.new_connections} of {s.requests} requests opened one first "
                        "(their TTFT includes the connect: the server closed kept-alive connections, or the "
                        "warmup had fewer requests than slots)")
+        if s.ramp_requests is not None:
+            out.append(f"ramp: {s.ramp_requests} requests before the measured window, finished before it began "
+                       "(load.ramp; outside every figure)")
         gauges = s.server_gauges or {}
         parts = [f"KV cache {v['min']:.2%}/{v['mean']:.2%}/{v['max']:.2%}" if k == "kv_cache_usage" else
                  f"{k} {fmt(v['min'], 1)}/{fmt(v['mean'], 1)}/{fmt(v['max'], 1)}" for k, v in gauges.items() if v]

@@ -51,7 +51,7 @@ def test_the_page_has_a_snippet_for_every_format_and_key():
     text = "\n".join(SNIPPETS)
     assert len(SNIPPETS) >= 7
     for needle in ("sharegpt.json", ".parquet", "data/saved", "chat.jsonl", "trace:", "lengths: profile",
-                   "order: file", "min_input_len", "fields:", "prompts.jsonl", "schedule: trace"):
+                   "order: file", "min_input_len", "fields:", "prompts.jsonl", "schedule: trace", "ramp:"):
         assert needle in text, needle
 
 

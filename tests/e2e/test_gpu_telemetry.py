@@ -28,9 +28,9 @@ def sim() -> Any:
         yield s
 
 
-def profile(url: str, tmp: Path, telemetry: str) -> Profile:
+def profile(url: str, tmp: Path, telemetry: str, max_mb: float = 64.0) -> Profile:
     return Profile(name="gpu", seed=3, target=Target(endpoint=url, api="openai-completions",
-                                                     gpu=Gpu(telemetry=telemetry, interval_s=0.1)),
+                                                     gpu=Gpu(telemetry=telemetry, interval_s=0.1, max_mb=max_mb)),
                    workload=Workload(requests=120, input_len=Distribution(dist="fixed", value=16),
                                      output_len=Distribution(dist="fixed", value=16)),
                    load=Load(concurrency=4), health=LAX_BUDGETS, output=Output(dir=str(tmp / "out")),
@@ -74,6 +74,16 @@ def test_a_gpu_that_cannot_be_read_is_a_stated_absence_and_the_run_goes_on(sim, 
     capsys.readouterr()
     assert main(["report", str(result.run_dir)]) == 11
     assert "GPU: no readings (NVML did not start: Driver Not Loaded)" in capsys.readouterr().out
+
+
+def test_readings_past_the_size_cap_are_not_kept_and_the_report_warns(sim, tmp_path, fake_nvml, capsys):
+    result = loadgate.run(profile(sim.url, tmp_path, "nvml", max_mb=1000 / 2**20), unverified=True)
+    assert result.exit_code == 11
+    lines = (result.run_dir / "gpu.jsonl").read_bytes().splitlines()
+    assert sum(len(x) + 1 for x in lines[1:-1]) <= 1000 and b'"capped":true' in lines[-1]
+    capsys.readouterr()
+    assert main(["report", str(result.run_dir)]) == 11
+    assert "warning: GPU readings stopped at target.gpu.max_mb" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("telemetry", ["off", "auto"])

@@ -22,7 +22,7 @@ from loadgate.config.profile import (
 )
 from loadgate.load.plan import build_plan
 from loadgate.load.workload.sessions import Part, as_messages, as_text, read_conversations, think_times
-from loadgate.records import Record, read_records
+from loadgate.records import SCHEMA_VERSION, Record, read_records
 from tests.recs import make_record
 
 POOL = list(range(300, 1300))
@@ -137,7 +137,7 @@ def test_a_v8_record_keeps_its_conversation_and_a_wrong_type_is_refused(tmp_path
     path = tmp_path / "records.jsonl"
     path.write_bytes(r.to_json())
     (back,) = read_records(path)
-    assert (back.v, back.conversation, back.turn, back.turns, back.cached_tokens) == (8, 2, 1, 3, 64)
+    assert (back.v, back.conversation, back.turn, back.turns, back.cached_tokens) == (SCHEMA_VERSION, 2, 1, 3, 64)
     path.write_bytes(r.to_json().replace(b'"turn":1', b'"turn":"1"'))
     with pytest.raises(UsageError, match="wrong type for turn"):
         list(read_records(path))

@@ -31,7 +31,7 @@ ADDED: tuple[str, ...] = (
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
     r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
-    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "request": \{', r'      "groups": null,', r'      "conversations": null,', r'      "cached_tokens": null,', r'      "gpu": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "request": \{', r'      "groups": null,', r'      "conversations": null,', r'      "cached_tokens": null,', r'      "gpu": null,', r'      "ramp_requests": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
 )
 
 
@@ -323,3 +323,18 @@ def test_a_version_8_run_folder_is_read_before_capacity_planning_and_judged_as_t
     code = load_json(run / "verdict.json")["code"]
     assert code == 0 and main(["report", str(run)]) == code
     assert "PASSED (exit 0)" in capsys.readouterr().out
+
+
+def test_the_version_8_records_read_with_the_ramp_flag_off_and_all_in_the_figures_but_the_warmup():
+    """Records v8 have no `ramp`: read as false, so every measured record stays in the figures (and
+    the summary's `ramp_requests` is null, the run having no ramp)."""
+    from loadgate.analysis.summary import build_summary
+
+    run = RUNS.parent / "runs-v8" / "single"
+    assert b'"ramp"' not in (run / "records.jsonl").read_bytes()
+    recs = list(read_records(run / "records.jsonl", include_warmup=True))
+    assert len(recs) == 64 and not any(r.ramp for r in recs) and sum(r.warmup for r in recs) == 16
+    assert [r.excluded for r in recs] == [r.warmup for r in recs]
+    assert len(list(read_records(run / "records.jsonl"))) == 48
+    level = build_summary(run).levels["16"]
+    assert level.requests == 48 and level.ramp_requests is None
