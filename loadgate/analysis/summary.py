@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from loadgate.analysis.conversations import cached_tokens, conversation_counts
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.metrics import throughput as throughput_over
+from loadgate.analysis.slices import time_slices
 from loadgate.analysis.specdec import (
     contamination,
     from_counters,
@@ -224,6 +225,7 @@ class LevelSummary:
     groups: dict[str, Any] | None = None  # figures by a record field (`group_figures`), e.g. {"category": ...}
     conversations: dict[str, Any] | None = None  # `conversation_counts` (v8)
     cached_tokens: dict[str, Any] | None = None  # `cached_tokens` of the level's requests (v8)
+    slices: dict[str, Any] | None = None  # `analysis.slices.time_slices`: figures by time (v9; None when off)
 
     def to_json(self) -> dict[str, Any]:
         """The fields in order, `invalid` last (the order version 2 wrote)."""
@@ -240,7 +242,7 @@ class LevelSummary:
                    Acceptance(acc.get("per_request"), acc.get("counters"), acc.get("reconciliation")),
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
                    ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"),
-                   d.get("conversations"), d.get("cached_tokens"))
+                   d.get("conversations"), d.get("cached_tokens"), d.get("slices"))
 
 
 GROUP_FIELDS = ("category", "turn")
@@ -341,7 +343,8 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
                         sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups,
-                        conversation_counts(records), cached_tokens(records))
+                        conversation_counts(records), cached_tokens(records),
+                        time_slices(records, (profile.get("report") or {}).get("slice_s"), drop))
 
 
 def merge_health(parts: list[HealthPhase], schedule: dict[str, float | None] | None = None) -> ClientHealth:
@@ -381,6 +384,10 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
 
 SUMMARY_VERSION = 9
 """9: capacity planning (issue 30). Version 8 files read the same, the new fields null.
+Each level's `slices` (`report.slice_s`; `loadgate.analysis.slices`): slice_s, window_s, and per
+slice of the level's window its start_s, end_s, partial (the last one, shorter), requests by origin,
+succeeded, failed, output_tokens by arrival with output_throughput, and count, p50 and p99 of ttft,
+itl and e2e; null when off.
 8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the
 trace's own prefix sharing: ratio, shared_tokens, prompt_tokens, block; `loadgate.load.workload.trace`),

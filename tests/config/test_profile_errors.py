@@ -80,6 +80,20 @@ CASES: dict[str, Case] = {
         "load:\n  rate: 0\n", 2, "load.rate", "expected a number > 0 or a list of them, got 0"),
     "rate_sweep_zero": Case(
         "load:\n  rate:\n    - 5\n    - 0\n", 4, "load.rate[1]", "expected a number > 0, got 0"),
+    "slice_s_zero": Case(
+        "report:\n  slice_s: 0\n", 2, "report.slice_s", "expected a number > 0, got 0"),
+    "slice_s_negative": Case(
+        "report: {slice_s: -5}\n", 1, "report.slice_s", "expected a number > 0, got -5"),
+    "slice_s_not_shorter_than_the_duration": Case(
+        "load:\n  concurrency: 2\n  duration_s: 30\nreport:\n  slice_s: 30\n", 5, "report.slice_s",
+        "30 s is not shorter than load.duration_s (30 s): each level would be one slice, its own figures; give a "
+        "shorter slice"),
+    "slice_s_cuts_the_duration_into_too_many_slices": Case(
+        "load:\n  concurrency: 2\n  duration_s: 100\nreport:\n  slice_s: 0.001\n", 5, "report.slice_s",
+        "0.001 s cuts load.duration_s (100 s) into more than 10,000 slices; give at least 0.01 s"),
+    "slowdown_factor_zero": Case(
+        "target:\n  sim:\n    slowdown: {after_s: 5, factor: 0}\n", 3, "target.sim.slowdown.factor",
+        "expected a number in (0, 1000], got 0"),
     "rate_nan": Case(
         "load:\n  rate: .nan\n", 2, "load.rate", "expected a number > 0 or a list of them, got nan"),
     "k_above_maximum": Case(
