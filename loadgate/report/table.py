@@ -74,11 +74,12 @@ def group_table(s: LevelSummary, field: str = "category") -> str:
 
 def slice_rows(sl: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of a level's time slices (`LevelSummary.slices`): the slice's seconds into the
-    window (a partial last slice marked *), requests started in it, failed, output tok/s by arrival, and
+    window (to the millisecond; a partial last slice marked *), requests started in it, failed, output tok/s by arrival, and
     p50 / p99 of each figure it keeps."""
     names = list(sl["slices"][0]["metrics"]) if sl["slices"] else []
-    heads = ["s", "n", "failed", "out tok/s", *(f"{m} {q} {figure(m).unit}" for m in names for q in ("p50", "p99"))]
-    rows = [[f"{x['start_s']:g}–{x['end_s']:g}" + ("*" if x["partial"] else ""), str(x["requests"]), str(x["failed"]),
+    heads = ["seconds", "n", "failed", "out tok/s", *(f"{m} {q} {figure(m).unit}" for m in names for q in ("p50", "p99"))]
+    rows = [[f"{round(x['start_s'], 3):g}–{round(x['end_s'], 3):g}" + ("*" if x["partial"] else ""),
+             str(x["requests"]), str(x["failed"]),
              fmt(x["output_throughput"], 1), *(fmt(x["metrics"][m][q]) for m in names for q in ("p50", "p99"))]
             for x in sl["slices"]]
     return heads, rows
@@ -92,6 +93,8 @@ def slice_table(s: LevelSummary) -> str:
     heads, rows = slice_rows(sl)
     words = (f"by time, slices of {sl['slice_s']:g} s of the window: a request counts in the slice it started in, "
              "output tokens in the slice they arrived in")
+    if len(sl["slices"]) == 1:
+        words += f" (the window, {sl['window_s']:.3g} s, is not longer than one slice)"
     if any(x["partial"] for x in sl["slices"]):
         words += "; * the last slice is partial (shorter than the others: its tok/s is over its own length)"
     if not rows:

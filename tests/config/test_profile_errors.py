@@ -308,3 +308,15 @@ def test_validate_reads_every_trace_line(tmp_path: Path, capsys: pytest.CaptureF
     assert code == 2 and out == ""
     assert err == f"loadgate: {tmp_path / 't.jsonl'}:2: {reason}" + err.split(reason, 1)[1]
     assert err.count("\n") == 1
+
+
+def test_a_slice_not_shorter_than_a_timed_traces_window_is_refused() -> None:
+    from loadgate.config.profile import Dataset, Load, Profile, Report, Workload
+
+    trace = Workload(dataset=Dataset(path="t.jsonl", format="trace"))
+    load = Load(schedule="trace", trace_length_s=10.0, trace_speed=2.0)  # 10 s of trace time in 5 s
+    assert Profile(workload=trace, load=load, report=Report(slice_s=5.0)).check() == [(
+        "report.slice_s", "5 s is not shorter than the trace's window (load.trace_length_s / load.trace_speed = 5 s): "
+        "each level would be one slice, its own figures; give a shorter slice")]
+    assert Profile(workload=trace, load=load, report=Report(slice_s=4.9)).check() == []
+    assert Profile(load=Load(concurrency=2), report=Report(slice_s=1e6)).check() == []  # a length unknown beforehand

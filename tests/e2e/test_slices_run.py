@@ -74,7 +74,7 @@ def test_the_slices_reach_the_summary_the_console_and_the_html_and_report_rebuil
     text = capsys.readouterr().out
     assert "by time, slices of 0.04 s of the window: a request counts in the slice it started in" in text
     rows = [line.split() for line in text.splitlines() if line.startswith(("0–", "0.04–"))]
-    assert [row[:3] for row in rows] == [[f"{x['start_s']:g}–{x['end_s']:g}", str(x["requests"]), str(x["failed"])]
+    assert [row[:3] for row in rows] == [[f"{round(x['start_s'], 3):g}–{round(x['end_s'], 3):g}", str(x["requests"]), str(x["failed"])]
                                          for x in written["slices"][:2]]  # the first two slices' rows
     page = write_html(run_dir).read_text()
     png = run_dir / "plots" / "slices.png"
@@ -88,3 +88,16 @@ def test_without_report_slice_s_there_are_no_slices_anywhere(tmp_path: Path) -> 
     write_html(run_dir)
     assert not (run_dir / "plots" / "slices.png").exists()
     assert list(read_records(run_dir / "records.jsonl"))  # the run itself measured
+
+
+def test_the_docs_example_is_a_valid_profile_that_slices_and_slows_down(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from loadgate.config.profile import load_profile
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "measurement.md").read_text()
+    snippet = doc.split("## Time slices", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    p = tmp_path / "drift.yaml"
+    p.write_text(snippet)
+    assert main(["validate", str(p)]) == 0
+    profile = load_profile(p)
+    assert profile.report.slice_s == 0.5 and profile.target.sim.slowdown == SlowdownConfig(after_s=1.4, factor=2.0)
