@@ -10,7 +10,9 @@ at W's end, and shorter than S (`partial`) unless S divides W. Two rules place w
 - output tokens count in the slice in which the chunk carrying them arrived (successful requests,
   as the level's throughput), so a slice's `output_throughput` is the tokens that arrived in it /
   its own length; the slices' tokens add up to the level's.
-A slice no request started in has no latency samples (n/a) but may still have tokens arriving.
+A slice no request started in has no latency samples (n/a) but may still have tokens arriving. A
+window that would need more than `MAX_SLICES` slices (a length the profile could not check
+beforehand) keeps none: `too_many` says how many it would have taken.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadgate.analysis.metrics import summarize
+from loadgate.config.profile import MAX_SLICES
 from loadgate.records import Record
 
 SLICE_FIGURES = ("ttft", "itl", "e2e")
@@ -34,7 +37,7 @@ def slice_index(t_ns: Any, start_ns: int, slice_ns: int, n: int) -> Any:
 
 def time_slices(records: list[Record], slice_s: float | None, drop: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """The level's slices of `slice_s` seconds (see the module docstring); None when `slice_s` is
-    None (off). Each slice: start_s and end_s (seconds into the window), partial, requests,
+    None (off); no slices, and `too_many` their number, past `MAX_SLICES`. Each slice: start_s and end_s (seconds into the window), partial, requests,
     succeeded, failed, output_tokens, output_throughput (tok/s) and, per figure of `SLICE_FIGURES`
     not in `drop`, its unit, count, p50 and p99 (None without samples)."""
     if slice_s is None:
@@ -42,7 +45,7 @@ def time_slices(records: list[Record], slice_s: float | None, drop: tuple[str, .
     import numpy as np
 
     out: dict[str, Any] = {"slice_s": slice_s, "requests_by": "origin", "tokens_by": "arrival", "window_s": None,
-                           "slices": []}
+                           "too_many": None, "slices": []}
     if not records:
         return out
     start = min(r.origin_ns for r in records)
@@ -50,6 +53,9 @@ def time_slices(records: list[Record], slice_s: float | None, drop: tuple[str, .
     slice_ns = max(1, round(slice_s * 1e9))
     n = max(1, -(-span_ns // slice_ns))
     out["window_s"] = span_ns / 1e9
+    if n > MAX_SLICES:
+        out["too_many"] = n
+        return out
     which = slice_index([r.origin_ns for r in records], start, slice_ns, n)
     ok = [r for r in records if r.succeeded]
     arrivals = np.asarray([r.start_ns + c for r in ok for c in r.chunk_ns], dtype=np.int64)

@@ -384,10 +384,11 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
 
 SUMMARY_VERSION = 9
 """9: capacity planning (issue 30). Version 8 files read the same, the new fields null.
-Each level's `slices` (`report.slice_s`; `loadgate.analysis.slices`): slice_s, window_s, and per
-slice of the level's window its start_s, end_s, partial (the last one, shorter), requests by origin,
-succeeded, failed, output_tokens by arrival with output_throughput, and count, p50 and p99 of ttft,
-itl and e2e; null when off.
+Each level's `slices` (`report.slice_s`; `loadgate.analysis.slices`): slice_s, window_s, requests_by
+("origin"), tokens_by ("arrival"), too_many (the slices a window past 10,000 of them would need, none
+kept; else null) and per slice of the level's window its start_s, end_s, partial (the last one,
+shorter), requests, succeeded, failed, output_tokens with output_throughput, and count, p50 and p99 of
+ttft, itl and e2e; null when off.
 8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the
 trace's own prefix sharing: ratio, shared_tokens, prompt_tokens, block; `loadgate.load.workload.trace`),

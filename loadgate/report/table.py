@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from loadgate.analysis.summary import GROUP_FIELDS, Acceptance, LevelSummary, Summary, TokenCounts
+from loadgate.config.profile import MAX_SLICES
 from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.records import Damage
 
@@ -90,6 +91,9 @@ def slice_table(s: LevelSummary) -> str:
     sl = s.slices
     if not sl:
         return ""
+    if sl.get("too_many"):
+        return (f"by time: slices of {sl['slice_s']:g} s would cut the level's {sl['window_s']:.3g} s window into "
+                f"{sl['too_many']:,}, more than {MAX_SLICES:,}: none kept (raise report.slice_s)")
     heads, rows = slice_rows(sl)
     words = (f"by time, slices of {sl['slice_s']:g} s of the window: a request counts in the slice it started in, "
              "output tokens in the slice they arrived in")

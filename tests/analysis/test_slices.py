@@ -9,6 +9,7 @@ import pytest
 from loadgate.analysis.metrics import throughput
 from loadgate.analysis.slices import time_slices
 from loadgate.analysis.summary import STREAM_ONLY, LevelSummary, Summary, level_summary
+from loadgate.config.profile import MAX_SLICES
 from loadgate.jsonutil import load_json
 from loadgate.records import Record
 from tests.fixtures_path import DATA
@@ -87,7 +88,7 @@ def test_an_open_loop_request_counts_from_its_intended_start() -> None:
 def test_off_gives_none_and_no_records_give_no_slices() -> None:
     assert time_slices(RECORDS, None) is None
     assert time_slices([], 1.0) == {"slice_s": 1.0, "requests_by": "origin", "tokens_by": "arrival",
-                                    "window_s": None, "slices": []}
+                                    "window_s": None, "too_many": None, "slices": []}
 
 
 def test_the_level_summary_carries_the_profiles_slices_and_an_unstreamed_run_keeps_only_e2e() -> None:
@@ -105,3 +106,11 @@ def test_a_version_8_summary_reads_with_no_slices() -> None:
     old = load_json(DATA / "runs-v8" / "single" / "summary.json")
     assert old["summary_version"] == 8 and all("slices" not in lv for lv in old["levels"].values())
     assert all(lv.slices is None for lv in Summary.from_json(old).levels.values())
+
+
+def test_a_window_that_needs_more_than_the_most_slices_keeps_none_and_says_how_many() -> None:
+    assert MAX_SLICES == 10_000
+    got = time_slices(RECORDS, 0.0002)  # 2.5 s / 0.2 ms
+    assert got is not None and got["slices"] == [] and got["too_many"] == 12_500 and got["window_s"] == 2.5
+    at_most = time_slices(RECORDS, 0.00025)
+    assert at_most is not None and len(at_most["slices"]) == MAX_SLICES and at_most["too_many"] is None

@@ -48,3 +48,9 @@ def test_a_window_no_longer_than_one_slice_says_so() -> None:
     first, *rows = slice_table(s).splitlines()
     assert "slices of 5 s of the window" in first and "(the window, 2.5 s, is not longer than one slice)" in first
     assert rows[2].split()[:4] == ["0–2.5*", "4", "1", "4.4"]  # the level's own 11 tokens over 2.5 s
+
+
+def test_a_window_cut_into_too_many_slices_says_so_in_one_line() -> None:
+    s = level_summary(RECORDS, None, [], {"workload": {"token_mismatch_limit": 0.0}, "report": {"slice_s": 0.0002}})
+    assert slice_table(s) == ("by time: slices of 0.0002 s would cut the level's 2.5 s window into 12,500, more than "
+                              "10,000: none kept (raise report.slice_s)")
