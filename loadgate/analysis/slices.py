@@ -37,9 +37,10 @@ def slice_index(t_ns: Any, start_ns: int, slice_ns: int, n: int) -> Any:
 
 def time_slices(records: list[Record], slice_s: float | None, drop: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """The level's slices of `slice_s` seconds (see the module docstring); None when `slice_s` is
-    None (off); no slices, and `too_many` their number, past `MAX_SLICES`. Each slice: start_s and end_s (seconds into the window), partial, requests,
-    succeeded, failed, output_tokens, output_throughput (tok/s) and, per figure of `SLICE_FIGURES`
-    not in `drop`, its unit, count, p50 and p99 (None without samples)."""
+    None (off); no slices, and `too_many` their number, past `MAX_SLICES`. Each slice: start_s and
+    end_s (seconds into the window), partial, requests, succeeded, failed, output_tokens,
+    output_throughput (tok/s) and, per figure of `SLICE_FIGURES` not in `drop`, its unit, count, p50
+    and p99 (None without samples)."""
     if slice_s is None:
         return None
     import numpy as np

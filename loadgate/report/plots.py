@@ -1,6 +1,6 @@
 """PNG plots of runs: latency CDFs, inter-token latency by output position, tokens per chunk, a
-concurrency sweep, and figures by time slice. Each plot function takes already-loaded data and an output path, writes one PNG
-and returns the path.
+concurrency sweep, and figures by time slice. Each plot function takes already-loaded data and an
+output path, writes one PNG and returns the path.
 
 Samples always come from the metric definitions in `loadgate.core.figures` (`figure(name).samples`)
 over successful records, so a plot shows exactly what the summary tables count. matplotlib is the
