@@ -17,7 +17,7 @@ from loadgate.config.profile import Report
 from loadgate.config.simconfig import SimConfig, SlowdownConfig
 from loadgate.jsonutil import load_json
 from loadgate.records import read_records
-from loadgate.report.html import write_html
+from loadgate.report.html import write_comparison_html, write_html
 from loadgate.sim.process import SimProcess
 from tests.simtruth import profile_for, run
 
@@ -79,6 +79,8 @@ def test_the_slices_reach_the_summary_the_console_and_the_html_and_report_rebuil
     page = write_html(run_dir).read_text()
     png = run_dir / "plots" / "slices.png"
     assert png.read_bytes()[:8] == PNG_MAGIC and 'alt="slices"' in page
+    both = write_comparison_html({"a": run_dir, "b": run_dir}, tmp_path / "ab.html")  # one series per run and level
+    assert (tmp_path / "ab-plots" / "slices.png").read_bytes()[:8] == PNG_MAGIC and 'alt="slices"' in both.read_text()
 
 
 def test_without_report_slice_s_there_are_no_slices_anywhere(tmp_path: Path) -> None:
