@@ -98,7 +98,8 @@ class SlowdownConfig:
     """A server that slows down mid-run: from `after_s` seconds after the engine's first step on, every
     step costs `factor` times what the settings make it (a drifting server, for time slices)."""
 
-    after_s: float = knob(0.0, "seconds after the engine's first step when the slowdown begins", min=0.0)
+    after_s: float = knob(0.0, "seconds after the engine's first step (whatever it served first: an exactness "
+                          "check, a warmup) when the slowdown begins", min=0.0)
     factor: float = knob(1.0, "every step's cost is multiplied by this from then on (1: off; 2: steps take "
                          "twice as long)", exclusive_min=0.0, max=1000.0)
 
