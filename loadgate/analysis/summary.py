@@ -16,6 +16,7 @@ from loadgate.analysis.conversations import cached_tokens, conversation_counts
 from loadgate.analysis.gpu import level_gpu, read_gpu_file
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.metrics import throughput as throughput_over
+from loadgate.analysis.slices import time_slices
 from loadgate.analysis.specdec import (
     contamination,
     from_counters,
@@ -227,6 +228,7 @@ class LevelSummary:
     cached_tokens: dict[str, Any] | None = None  # `cached_tokens` of the level's requests (v8)
     gpu: dict[str, Any] | None = None  # `analysis.gpu.level_gpu`: the GPUs over the window (v9)
     ramp_requests: int | None = None  # requests the level's ramp sent, outside every figure (v9; null: no ramp)
+    slices: dict[str, Any] | None = None  # `analysis.slices.time_slices`: figures by time (v9; None when off)
 
     def to_json(self) -> dict[str, Any]:
         """The fields in order, `invalid` last (the order version 2 wrote)."""
@@ -244,7 +246,7 @@ class LevelSummary:
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
                    ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"),
                    d.get("conversations"), d.get("cached_tokens"), gpu=d.get("gpu"),
-                   ramp_requests=d.get("ramp_requests"))
+                   ramp_requests=d.get("ramp_requests"), slices=d.get("slices"))
 
 
 GROUP_FIELDS = ("category", "turn")
@@ -346,7 +348,8 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
                         sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups,
-                        conversation_counts(records), cached_tokens(records), ramp_requests=ramp_requests)
+                        conversation_counts(records), cached_tokens(records), ramp_requests=ramp_requests,
+                        slices=time_slices(records, (profile.get("report") or {}).get("slice_s"), drop))
 
 
 def merge_health(parts: list[HealthPhase], schedule: dict[str, float | None] | None = None) -> ClientHealth:
@@ -391,6 +394,11 @@ GPU utilisation and power mean/max, memory in use, each process's memory, energy
 and the energy of every GPU with joules per output token; null where no GPU was read). Each level's
 `ramp_requests`: how many requests its ramp sent (`load.ramp`, records v9 `ramp`: after the warmup,
 finished before the measured phase, outside every figure), null without a ramp.
+Each level's `slices` (`report.slice_s`; `loadgate.analysis.slices`): slice_s, window_s, requests_by
+("origin"), tokens_by ("arrival"), too_many (the slices a window past 10,000 of them would need, none
+kept; else null) and per slice of the level's window its start_s, end_s, partial (the last one,
+shorter), requests, succeeded, failed, output_tokens with output_throughput, and count, p50 and p99 of
+ttft, itl and e2e; null when off.
 Version 8 files read the same, the new fields null.
 8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the

@@ -719,6 +719,20 @@ class HealthBudgets:
                                       "the run is invalid", exclusive_min=0.0)
 
 
+MAX_SLICES = 10_000
+"""The most time slices one level of a bounded run may be cut into (`Report.slice_s`)."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the report adds to each level's figures (docs/measurement.md#time-slices)."""
+
+    slice_s: float | None = knob(
+        None, "cut each level's window into slices of this many seconds and give each its requests (by start), "
+        "output tokens per second (by arrival) and p50 / p99 of ttft, itl and e2e; default: off",
+        exclusive_min=0.0)
+
+
 @dataclass(frozen=True)
 class Output:
     """Where results go."""
@@ -757,6 +771,7 @@ class Profile:
     slo: Slo = field(default_factory=Slo, metadata={"help": "service levels for goodput"})
     health: HealthBudgets = field(default_factory=HealthBudgets,
                                   metadata={"help": "client health budgets (run validity)"})
+    report: Report = field(default_factory=Report, metadata={"help": "what the report adds: time slices"})
     output: Output = field(default_factory=Output, metadata={"help": "where results go"})
     path: str = field(default="", metadata={"internal": True})  # set by the loader: the file read
 
@@ -842,7 +857,7 @@ class Profile:
                     parse(metric, text)
                 except ThresholdError as e:
                     return [(f"thresholds.{metric}[{k}]", e.reason)]
-        problem = self._check_search() or self._check_ramp_requests()
+        problem = self._check_search() or self._check_ramp_requests() or self._check_slices()
         if problem:
             return problem
         ss = self.workload.sessions
@@ -874,6 +889,27 @@ class Profile:
             return [("load.ramp.duration_s", f"a ramp over {r.duration_s:g} s ({r.shape}) to {top:g} requests/s sends "
                      f"about {n:,.0f} requests, not fewer than the measured phase's workload.requests "
                      f"({self.workload.request_count:,}): shorten the ramp or raise workload.requests")]
+        return []
+
+    def _check_slices(self) -> list[tuple[str, str]]:
+        """Where the level's length is known beforehand (`load.duration_s`, a trace's window), a slice
+        shorter than it, and at most `MAX_SLICES` of them."""
+        s, ld = self.report.slice_s, self.load
+        if s is None:
+            return []
+        if ld.duration_s is not None:
+            length, what = ld.duration_s, f"load.duration_s ({ld.duration_s:g} s)"
+        elif ld.schedule == "trace" and ld.trace_length_s is not None:
+            length = ld.trace_length_s / ld.trace_speed
+            what = f"the trace's window (load.trace_length_s / load.trace_speed = {length:g} s)"
+        else:
+            return []
+        if s >= length:
+            return [("report.slice_s", f"{s:g} s is not shorter than {what}: each level would be one slice, "
+                     "its own figures; give a shorter slice")]
+        if length / s > MAX_SLICES:
+            return [("report.slice_s", f"{s:g} s cuts {what} into more than {MAX_SLICES:,} slices; give at least "
+                     f"{length / MAX_SLICES:.3g} s")]
         return []
 
     def _check_search(self) -> list[tuple[str, str]]:

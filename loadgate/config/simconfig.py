@@ -94,6 +94,17 @@ class FaultConfig:
 
 
 @dataclass(frozen=True)
+class SlowdownConfig:
+    """A server that slows down mid-run: from `after_s` seconds after the engine's first step on, every
+    step costs `factor` times what the settings make it (a drifting server, for time slices)."""
+
+    after_s: float = knob(0.0, "seconds after the engine's first step (whatever it served first: an exactness "
+                          "check, a warmup) when the slowdown begins", min=0.0)
+    factor: float = knob(1.0, "every step's cost is multiplied by this from then on (1: off; 2: steps take "
+                         "twice as long)", exclusive_min=0.0, max=1000.0)
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """The simulated engine: a deterministic model behind a continuous-batching loop."""
 
@@ -153,3 +164,5 @@ class SimConfig:
         default_factory=DivergenceConfig, metadata={"help": "divergence knobs (all off by default)"})
     faults: FaultConfig = field(
         default_factory=FaultConfig, metadata={"help": "fault injection (all off by default)"})
+    slowdown: SlowdownConfig = field(
+        default_factory=SlowdownConfig, metadata={"help": "step costs multiplied from a time on (off by default)"})

@@ -44,6 +44,9 @@ _CAPTIONS = {
     "tokens_per_chunk": "Tokens carried by each content chunk, as a fraction of the chunks (speculative "
                         "decoding or batching of the stream puts several tokens in one chunk).",
     "sweep": "Output token throughput and p99 latencies against the load level.",
+    "slices": "Each level's figures by time slice (report.slice_s): output tokens per second by when they "
+              "arrived, and p50 (solid) and p99 (dashed) of the requests that started in the slice; a hollow "
+              "point is a partial last slice.",
 }
 
 
@@ -162,19 +165,23 @@ def _by_level(run_dir: Path, summary: Summary) -> dict[str, list[Record]]:
 
 def _make_plots(series: Mapping[str, Sequence[Record]],
                 sweeps: Mapping[str, list[tuple[float, LevelSummary]]], slo: Mapping[str, Any] | None,
-                x_label: str, plot_dir: Path, streamed: bool = True) -> list[tuple[str, Path]]:
+                x_label: str, plot_dir: Path, streamed: bool = True,
+                timed: Mapping[str, Mapping[str, Any]] | None = None) -> list[tuple[str, Path]]:
     """Write every applicable plot into `plot_dir`; (name, path) in display order. Unstreamed runs
-    (`streamed` false) have no chunks to time: the e2e CDF alone, no sweep of ttft and itl."""
+    (`streamed` false) have no chunks to time: the e2e CDF alone, no sweep of ttft and itl. `timed`:
+    the levels' time slices by label, drawn when any has one."""
     made = []
     if streamed and any(len(p) > 1 for p in sweeps.values()):
         data: Any = next(iter(sweeps.values())) if len(sweeps) == 1 else sweeps
         made.append(("sweep", plots.sweep(data, plot_dir / "sweep.png", slo, x_label=x_label)))
     if not streamed:
         made.append(("latency_cdfs", plots.latency_cdfs(series, plot_dir / "latency_cdfs.png", metrics=("e2e",))))
-        return made
-    made.append(("latency_cdfs", plots.latency_cdfs(series, plot_dir / "latency_cdfs.png")))
-    made.append(("itl_by_position", plots.itl_by_position(series, plot_dir / "itl_by_position.png")))
-    made.append(("tokens_per_chunk", plots.tokens_per_chunk(series, plot_dir / "tokens_per_chunk.png")))
+    else:
+        made.append(("latency_cdfs", plots.latency_cdfs(series, plot_dir / "latency_cdfs.png")))
+        made.append(("itl_by_position", plots.itl_by_position(series, plot_dir / "itl_by_position.png")))
+        made.append(("tokens_per_chunk", plots.tokens_per_chunk(series, plot_dir / "tokens_per_chunk.png")))
+    if timed and any(sl["slices"] for sl in timed.values()):
+        made.append(("slices", plots.slices(timed, plot_dir / "slices.png")))
     return made
 
 
@@ -200,6 +207,11 @@ def _sweep_pairs(summary: Summary) -> list[tuple[float, LevelSummary]]:
     return [(float(lv), s) for lv, s in summary.levels.items()]
 
 
+def _timed(summary: Summary, prefix: str = "") -> dict[str, dict[str, Any]]:
+    """The levels' time slices by label (levels with slices only)."""
+    return {prefix + _level_label(summary.load, lv): s.slices for lv, s in summary.levels.items() if s.slices}
+
+
 def write_html(run_dir: Path, out: Path | None = None) -> Path:
     """Write one run's report: every applicable plot into `run_dir/plots/` and a self-contained
     HTML page (default `run_dir/report.html`) with the plots embedded, run id, model, level tables
@@ -212,7 +224,7 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
     groups = _by_level(run_dir, summary)
     series = {_level_label(load, lv): recs for lv, recs in groups.items()}
     made = _make_plots(series, {"": _sweep_pairs(summary)}, (meta.get("profile") or {}).get("slo"), _axis_label(load),
-                       run_dir / "plots", streamed(summary))
+                       run_dir / "plots", streamed(summary), _timed(summary))
     status = ('<span class="good">valid</span>' if summary.valid else '<span class="bad">INVALID</span>')
     if summary.tls_insecure:
         status += ' · <span class="bad">TLS certificate not checked (target.tls.insecure)</span>'
@@ -246,6 +258,7 @@ def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
     series: dict[str, list[Record]] = {}
     sweeps: dict[str, list[tuple[float, LevelSummary]]] = {}
     columns, loads, slo = [], set(), None
+    timed: dict[str, dict[str, Any]] = {}
     every_streamed = True
     for label, run_dir in labelled.items():
         run_dir = Path(run_dir)
@@ -258,12 +271,13 @@ def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
         for lv, recs in groups.items():
             series[label if len(groups) == 1 else f"{label} · {_level_label(load, lv)}"] = recs
         sweeps[label] = _sweep_pairs(summary)
+        timed.update(_timed(summary, f"{label} · "))
         every_streamed = every_streamed and streamed(summary)
         columns.append(f"<div><h3>{escape(label)}</h3><p class=\"meta\">run {escape(summary.run_id)} · model "
                        f"{escape(str(summary.model))}</p>{_tables(summary)}"
                        f"{_exactness_html(run_dir / 'exactness.json')}</div>")
     x_label = _axis_label(loads.pop()) if len(loads) == 1 else "load level"
-    made = _make_plots(series, sweeps, slo, x_label, out.parent / f"{out.stem}-plots", every_streamed)
+    made = _make_plots(series, sweeps, slo, x_label, out.parent / f"{out.stem}-plots", every_streamed, timed)
     title = " vs ".join(labelled)
     body = (f"<h1>loadgate comparison: {escape(title)}</h1><p class=\"meta\">"
             + " · ".join(f"{escape(k)}: {escape(Path(v).name)}" for k, v in labelled.items()) + "</p>"

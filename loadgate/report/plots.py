@@ -1,6 +1,6 @@
-"""PNG plots of runs: latency CDFs, inter-token latency by output position, tokens per chunk, and a
-concurrency sweep. Each plot function takes already-loaded data and an output path, writes one PNG
-and returns the path.
+"""PNG plots of runs: latency CDFs, inter-token latency by output position, tokens per chunk, a
+concurrency sweep, and figures by time slice. Each plot function takes already-loaded data and an
+output path, writes one PNG and returns the path.
 
 Samples always come from the metric definitions in `loadgate.core.figures` (`figure(name).samples`)
 over successful records, so a plot shows exactly what the summary tables count. matplotlib is the
@@ -31,6 +31,7 @@ CDF_LEGEND_ROW = 0.2
 ITL_SIZE = (9.0, 5.0)
 CHUNK_SIZE = (9.0, 5.0)
 SWEEP_SIZE = (15.0, 4.6)
+SLICES_PANEL = (4.0, 3.6)  # inches per panel of `slices`: throughput, then one per figure the slices keep
 _MISSING = "plots need matplotlib: pip install 'loadgate[plot]'"
 _STYLE: dict[str, Any] = {"font.size": 10.0, "axes.titlesize": 12.0, "axes.labelsize": 10.5, "legend.fontsize": 9.0,
           "xtick.labelsize": 9.5, "ytick.labelsize": 9.5, "figure.titlesize": 12.5,
@@ -302,10 +303,13 @@ def tokens_per_chunk(runs: Mapping[str, Sequence[Record]], out: Path) -> Path:
     return out
 
 
-def _p(s: LevelSummary, metric: str, q: str) -> float:
-    m = s.metrics.get(metric) or {}
-    v = m.get(q)
+def _none_nan(v: Any) -> float:
+    """A figure to draw: NaN (a gap) for a missing or infinite one."""
     return float("nan") if v is None or (isinstance(v, float) and math.isinf(v)) else float(v)
+
+
+def _p(s: LevelSummary, metric: str, q: str) -> float:
+    return _none_nan((s.metrics.get(metric) or {}).get(q))
 
 
 def sweep(levels: Sequence[tuple[float, LevelSummary]] | Mapping[str, Sequence[tuple[float, LevelSummary]]],
@@ -357,4 +361,42 @@ def sweep(levels: Sequence[tuple[float, LevelSummary]] | Mapping[str, Sequence[t
             if handles:
                 ax.legend(loc="best", framealpha=0.9)
         fig.suptitle(f"Load sweep: figures against {x_label}")
+    return out
+
+
+def slices(levels: Mapping[str, Mapping[str, Any]], out: Path) -> Path:
+    """Figures by time slice (`LevelSummary.slices`, one labelled series per level): output tokens per
+    second, then p50 (solid) and p99 (dashed) of each figure the slices keep, against the slice's middle
+    in seconds into its level's window; a partial last slice drawn hollow. A slice without samples leaves
+    a gap."""
+    from matplotlib.lines import Line2D
+
+    names = next((list(sl["slices"][0]["metrics"]) for sl in levels.values() if sl["slices"]), [])
+    colors = _colors(len(levels))
+    with _figure((SLICES_PANEL[0] * (1 + len(names)), SLICES_PANEL[1]), out) as fig:
+        axes = fig.subplots(1, 1 + len(names), squeeze=False)[0]
+        for sl, color in zip(levels.values(), colors, strict=True):
+            xs = [(x["start_s"] + x["end_s"]) / 2 for x in sl["slices"]]
+            hollow = ["white" if x["partial"] else color for x in sl["slices"]]
+            ys = [_none_nan(x["output_throughput"]) for x in sl["slices"]]
+            axes[0].plot(xs, ys, color=color, lw=1.6)
+            axes[0].scatter(xs, ys, color=hollow, edgecolors=color, s=16, zorder=3)
+            for ax, name in zip(axes[1:], names, strict=True):
+                for q, ls in (("p50", "-"), ("p99", "--")):
+                    ax.plot(xs, [_none_nan(x["metrics"][name][q]) for x in sl["slices"]], color=color, lw=1.5, ls=ls,
+                            marker="o", ms=3)
+        axes[0].set_title("Output tokens / s (by arrival)")
+        axes[0].set_ylabel("tok/s")
+        for ax, name in zip(axes[1:], names, strict=True):
+            ax.set_title(figure(name).title or name)
+            ax.set_ylabel(f"{name} ({_unit(name)})")
+        step = next((sl["slice_s"] for sl in levels.values()), 0)
+        for ax in axes:
+            ax.set_xlabel(f"seconds into the level (slices of {step:g} s)")
+            ax.set_ylim(bottom=0.0)
+        handles = [Line2D([], [], color=c, lw=2.5, label=label) for label, c in zip(levels, colors, strict=True)]
+        handles += [Line2D([], [], color="0.3", lw=1.5, label="p50"), Line2D([], [], color="0.3", lw=1.5, ls="--",
+                                                                         label="p99")]
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 6), framealpha=0.9)
+        fig.suptitle("Figures by time slice: requests by start, tokens by arrival")
     return out

@@ -8,6 +8,7 @@ from typing import Any
 from tabulate import tabulate
 
 from loadgate.analysis.summary import GROUP_FIELDS, Acceptance, LevelSummary, Summary, TokenCounts
+from loadgate.config.profile import MAX_SLICES
 from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.records import Damage
 
@@ -70,6 +71,40 @@ def group_table(s: LevelSummary, field: str = "category") -> str:
                        f"{field + ' ' if field == 'turn' else ''}{value} {fmt(c['mean'], 1)} of "
                        f"{fmt(c['prompt_tokens_mean'], 1)}" for value, c in cached))
     return "\n".join(out)
+
+
+def slice_rows(sl: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of a level's time slices (`LevelSummary.slices`): the slice's seconds into the
+    window (to the millisecond; a partial last slice marked *), requests started in it, failed, output tok/s by arrival, and
+    p50 / p99 of each figure it keeps."""
+    names = list(sl["slices"][0]["metrics"]) if sl["slices"] else []
+    heads = ["seconds", "n", "failed", "out tok/s", *(f"{m} {q} {figure(m).unit}" for m in names for q in ("p50", "p99"))]
+    rows = [[f"{round(x['start_s'], 3):g}–{round(x['end_s'], 3):g}" + ("*" if x["partial"] else ""),
+             str(x["requests"]), str(x["failed"]),
+             fmt(x["output_throughput"], 1), *(fmt(x["metrics"][m][q]) for m in names for q in ("p50", "p99"))]
+            for x in sl["slices"]]
+    return heads, rows
+
+
+def slice_table(s: LevelSummary) -> str:
+    """The level's time slices as a compact table, with a line saying how they are cut; "" when off."""
+    sl = s.slices
+    if not sl:
+        return ""
+    if sl.get("too_many"):
+        return (f"by time: slices of {sl['slice_s']:g} s would cut the level's {sl['window_s']:.3g} s window into "
+                f"{sl['too_many']:,}, more than {MAX_SLICES:,}: none kept (raise report.slice_s)")
+    heads, rows = slice_rows(sl)
+    words = (f"by time, slices of {sl['slice_s']:g} s of the window: a request counts in the slice it started in, "
+             "output tokens in the slice they arrived in")
+    if len(sl["slices"]) == 1:
+        words += f" (the window, {sl['window_s']:.3g} s, is not longer than one slice)"
+    if any(x["partial"] for x in sl["slices"]):
+        words += "; * the last slice is partial (shorter than the others: its tok/s is over its own length)"
+    if not rows:
+        return words + ": no requests"
+    return words + ":\n" + tabulate(rows, headers=heads, tablefmt="simple", disable_numparse=True,
+                                     colalign=("left",) + ("right",) * (len(heads) - 1))
 
 
 def conversation_lines(s: LevelSummary) -> list[str]:
@@ -191,6 +226,8 @@ def render_summary(summary: Summary) -> str:
         for field in GROUP_FIELDS:
             if (s.groups or {}).get(field):
                 out.append(group_table(s, field))
+        if s.slices:
+            out.append(slice_table(s))
         out += conversation_lines(s)
         cc = s.contamination
         if cc:

@@ -12,7 +12,8 @@ One step, in order:
      from now. Cost in microseconds: `fixed_step_us` if > 0; otherwise
      `prefill_us_per_token * (prompt tokens prefilled)`, plus, if any sequence decodes,
      `decode_step_us + decode_us_per_seq * (decoding sequences - 1)`, plus with speculation
-     `(draft_us_per_token + verify_us_per_token) * k`.
+     `(draft_us_per_token + verify_us_per_token) * k`; from `slowdown.after_s` seconds after the
+     engine's first step began, times `slowdown.factor` (`SimEngine.cost_factor`).
   6. At the deadline all outputs of the step are handed over together, so chunks leave in
      bursts, one burst per step, as from a real engine. Streaming requests whose handler is idle
      and whose connection has no unsent bytes are written right here, by this task, one after
@@ -85,6 +86,8 @@ class SimEngine:
         self._running: list[Sequence] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.first_step_at: float | None = None  # perf_counter() when the first step began
+        self.slowed_at: float | None = None  # when the first slowed step began (`slowdown`), None before
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -163,6 +166,7 @@ class SimEngine:
                 next_start = None
             t0 = time.perf_counter() if next_start is None else next_start
             cost_s, outputs = self._step()
+            cost_s *= self.cost_factor(t0)
             deadline = t0 + cost_s
             delay = deadline - time.perf_counter()
             if delay > 0:
@@ -173,6 +177,21 @@ class SimEngine:
             await asyncio.sleep(0)  # let the woken handlers write before the next step computes
             behind = time.perf_counter() - deadline
             next_start = deadline if behind <= max(cost_s, 0.001) else None
+
+    def cost_factor(self, t0: float) -> float:
+        """The multiplier of the cost of a step that began at `t0` (perf_counter seconds): 1, or
+        `slowdown.factor` once `slowdown.after_s` have passed since the first step began (noted in
+        `slowed_at`, and logged, the first time)."""
+        if self.first_step_at is None:
+            self.first_step_at = t0
+        sd = self.cfg.slowdown
+        if sd.factor == 1.0 or t0 - self.first_step_at < sd.after_s:
+            return 1.0
+        if self.slowed_at is None:
+            self.slowed_at = t0
+            _log.info("simulator slowdown: every step costs %g times as much from %.3f s after the first step",
+                      sd.factor, t0 - self.first_step_at)
+        return sd.factor
 
     def _step(self) -> tuple[float, list[tuple[Sequence, StepOutput]]]:
         cfg = self.cfg

@@ -80,6 +80,20 @@ CASES: dict[str, Case] = {
         "load:\n  rate: 0\n", 2, "load.rate", "expected a number > 0 or a list of them, got 0"),
     "rate_sweep_zero": Case(
         "load:\n  rate:\n    - 5\n    - 0\n", 4, "load.rate[1]", "expected a number > 0, got 0"),
+    "slice_s_zero": Case(
+        "report:\n  slice_s: 0\n", 2, "report.slice_s", "expected a number > 0, got 0"),
+    "slice_s_negative": Case(
+        "report: {slice_s: -5}\n", 1, "report.slice_s", "expected a number > 0, got -5"),
+    "slice_s_not_shorter_than_the_duration": Case(
+        "load:\n  concurrency: 2\n  duration_s: 30\nreport:\n  slice_s: 30\n", 5, "report.slice_s",
+        "30 s is not shorter than load.duration_s (30 s): each level would be one slice, its own figures; give a "
+        "shorter slice"),
+    "slice_s_cuts_the_duration_into_too_many_slices": Case(
+        "load:\n  concurrency: 2\n  duration_s: 100\nreport:\n  slice_s: 0.001\n", 5, "report.slice_s",
+        "0.001 s cuts load.duration_s (100 s) into more than 10,000 slices; give at least 0.01 s"),
+    "slowdown_factor_zero": Case(
+        "target:\n  sim:\n    slowdown: {after_s: 5, factor: 0}\n", 3, "target.sim.slowdown.factor",
+        "expected a number in (0, 1000], got 0"),
     "rate_nan": Case(
         "load:\n  rate: .nan\n", 2, "load.rate", "expected a number > 0 or a list of them, got nan"),
     "k_above_maximum": Case(
@@ -294,3 +308,15 @@ def test_validate_reads_every_trace_line(tmp_path: Path, capsys: pytest.CaptureF
     assert code == 2 and out == ""
     assert err == f"loadgate: {tmp_path / 't.jsonl'}:2: {reason}" + err.split(reason, 1)[1]
     assert err.count("\n") == 1
+
+
+def test_a_slice_not_shorter_than_a_timed_traces_window_is_refused() -> None:
+    from loadgate.config.profile import Dataset, Load, Profile, Report, Workload
+
+    trace = Workload(dataset=Dataset(path="t.jsonl", format="trace"))
+    load = Load(schedule="trace", trace_length_s=10.0, trace_speed=2.0)  # 10 s of trace time in 5 s
+    assert Profile(workload=trace, load=load, report=Report(slice_s=5.0)).check() == [(
+        "report.slice_s", "5 s is not shorter than the trace's window (load.trace_length_s / load.trace_speed = 5 s): "
+        "each level would be one slice, its own figures; give a shorter slice")]
+    assert Profile(workload=trace, load=load, report=Report(slice_s=4.9)).check() == []
+    assert Profile(load=Load(concurrency=2), report=Report(slice_s=1e6)).check() == []  # a length unknown beforehand

@@ -13,7 +13,8 @@ import aiohttp
 import orjson
 import pytest
 
-from loadgate.config.simconfig import SimConfig
+from loadgate.config.simconfig import SimConfig, SlowdownConfig
+from loadgate.sim.engine import SimEngine
 from loadgate.sim.model import SimModel
 from loadgate.sim.server import RunningSim, running_sim
 from tests.sim.helpers import completion_ids, fast_cfg, post_json, post_stream, run, serve, sse_payloads
@@ -192,6 +193,29 @@ def test_decode_cost_grows_with_the_batch() -> None:
     one, nine = serve(cfg, go)
     assert 0.016 < one  # 9 decode steps of 2 ms (no upper bound: a busy machine only adds)
     assert nine > one + 0.025  # 9 decode steps of 2 + 8 * 0.5 = 6 ms
+
+
+def test_the_slowdown_multiplies_every_step_from_after_s_past_the_first_step() -> None:
+    cfg = fast_cfg(fixed_step_us=1000.0, slowdown=SlowdownConfig(after_s=2.0, factor=2.5))
+    engine = SimEngine(cfg, SimModel(cfg))
+    assert [engine.cost_factor(t) for t in (100.0, 101.0, 101.999)] == [1.0] * 3 and engine.slowed_at is None
+    assert [engine.cost_factor(t) for t in (102.0, 500.0)] == [2.5, 2.5]
+    assert (engine.first_step_at, engine.slowed_at) == (100.0, 102.0)
+    off = SimEngine(fast_cfg(), SimModel(fast_cfg()))
+    assert [off.cost_factor(t) for t in (0.0, 1e6)] == [1.0, 1.0] and off.slowed_at is None
+
+
+def test_a_slowed_engine_sleeps_factor_times_each_steps_cost() -> None:
+    cfg = fast_cfg(fixed_step_us=2000.0, slowdown=SlowdownConfig(after_s=0.0, factor=3.0))
+
+    async def go(sim: RunningSim, s: aiohttp.ClientSession) -> tuple[float, Any, Any]:
+        t = time.perf_counter()
+        await post_stream(s, sim.url + URL, body("slow", 10))
+        return time.perf_counter() - t, sim.engine.slowed_at, sim.engine.first_step_at
+
+    elapsed, slowed, first = serve(cfg, go)
+    assert elapsed >= 10 * 3 * 0.002  # 10 steps (the prefill's and 9 decodes) of 3 x 2 ms; a busy machine only adds
+    assert slowed is not None and slowed == first  # after_s 0: from the very first step
 
 
 def test_truth_log_matches_what_a_plain_client_received() -> None:
