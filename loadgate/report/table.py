@@ -187,6 +187,9 @@ def render_summary(summary: Summary) -> str:
             g = s.goodput
             out.append(f"goodput {fmt(g.goodput_rps, 2)} req/s ({g.fraction:.1%} of requests met "
                        + ", ".join(f"{k} <= {v:g}" for k, v in g.slo_ms.items()) + ")")
+            if g.good_output_tokens is not None:  # (summaries before v9 have no token goodput)
+                out.append(f"token goodput {fmt(g.token_goodput, 1)} tok/s ({g.good_output_tokens:,} output tokens of "
+                           f"the requests that met every SLO, over the window)")
         out += _acceptance_lines(s.acceptance)
         for field in GROUP_FIELDS:
             if (s.groups or {}).get(field):
