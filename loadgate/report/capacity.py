@@ -79,8 +79,10 @@ def answer_line(section: SearchSection) -> str:
         p = section.probes[0]
         failed = "; ".join(f"{e.metric} {e.threshold.strip()}" for e in p.thresholds if not e.passed)
         return f"no {over} within the thresholds: the lowest probe, {load_words(section, p.load)}, failed {failed}"
+    failing = "none failing yet" if section.failing is None else \
+        f"lowest failing {load_words(section, section.failing)}"
     return (f"the search stopped before its answer (the run was interrupted or aborted): highest passing {over} so "
-            f"far {load_words(section, section.passing)}, lowest failing {load_words(section, section.failing)}")
+            f"far {load_words(section, section.passing)}, {failing}")
 
 
 def interval_note(section: SearchSection) -> str:
