@@ -12,6 +12,7 @@ from loadgate.analysis.capacity import (
     BELOW_HI,
     HI_PASSED,
     LOWEST_FAILED,
+    STOPPED,
     ProbeEvidence,
     SearchSection,
     ThresholdEvidence,
@@ -57,7 +58,8 @@ def heads(section: SearchSection) -> list[str]:
 
 def verdict_word(section: SearchSection, p: ProbeEvidence) -> str:
     word = "pass" if p.passed else "FAIL"
-    return word + (" (answer)" if section.answer is not None and p.load == section.answer else "")
+    answer = section.answer is not None and p.load == section.answer and section.ended != STOPPED
+    return word + (" (answer)" if answer else "")
 
 
 def rows(section: SearchSection) -> list[list[str]]:

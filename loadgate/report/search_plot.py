@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from loadgate.analysis.capacity import SearchSection, ThresholdEvidence
+from loadgate.analysis.capacity import STOPPED, SearchSection, ThresholdEvidence
 from loadgate.report import plots
 from loadgate.report.capacity import heads
 
@@ -61,7 +61,8 @@ def search_plot(section: SearchSection, out: Path) -> Path:
             if first.limit is not None and _finite(first.limit):
                 ax.axhline(first.limit * k, color="0.25", lw=1.2, ls="--", label="limit")
             if section.answer is not None:
-                ax.axvline(section.answer, color="#1f77b4", lw=1.2, ls=":", label=f"answer {section.answer:g}")
+                what = "highest passing so far" if section.ended == STOPPED else "answer"
+                ax.axvline(section.answer, color="#1f77b4", lw=1.2, ls=":", label=f"{what} {section.answer:g}")
             unit = "%" if k == 100.0 else (first.unit or "")
             ax.set_title(title)
             ax.set_ylabel(f"{first.metric} {first.statistic or ''}".strip() + (f" ({unit})" if unit else ""))

@@ -149,7 +149,8 @@ def render_judgement(run_dir: Path, j: Judgement, fmt: str, *, exactness: bool =
     if fmt == "csv":
         return summary_csv(summary) + _csv_verdict_row(j)
     if fmt == "markdown":
-        return summary_markdown(summary) + _threshold_text(j, fmt) + "\n\n" + outcome_line(j, fmt)
+        search = "" if summary.search is None else f"\n\n```text\n{search_text(summary.search)}\n```"
+        return summary_markdown(summary) + search + _threshold_text(j, fmt) + "\n\n" + outcome_line(j, fmt)
     parts = []
     if exactness:
         parts.append(_exactness_block(run_dir))

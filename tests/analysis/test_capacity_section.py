@@ -9,7 +9,7 @@ from typing import Any
 from loadgate.analysis.capacity import search_section
 from loadgate.analysis.summary import level_summary
 from loadgate.records import Record
-from loadgate.report.capacity import answer_line
+from loadgate.report.capacity import answer_line, verdict_word
 from tests.recs import make_record
 
 MS = 1_000_000
@@ -39,6 +39,7 @@ def test_a_rate_search_brackets_its_answer_and_says_so_in_req_s() -> None:
     assert [p.level for p in s.probes] == list(ttfts) and [p.passed for p in s.probes] == [ttfts[k] == 5 for k in ttfts]
     assert (s.passing, s.failing, s.answer, s.ended) == (93.75, 96.88, 93.75, "answer below hi")
     assert s.probes[0].thresholds[0].observed == 5.0 and s.probes[1].thresholds[0].observed == 50.0
+    assert [verdict_word(s, p) for p in s.probes][4:] == ["pass (answer)", "FAIL"]
     assert answer_line(s) == ("highest rate within the thresholds: 93.75 req/s (bracket 93.75–96.88 req/s, "
                               "resolution 5 %)")
 
@@ -48,6 +49,7 @@ def test_a_search_whose_probes_stopped_before_its_answer_ended_stopped() -> None
     assert (s.passing, s.failing, s.answer, s.ended) == (2.0, None, 2.0, "stopped")
     assert answer_line(s) == ("the search stopped before its answer (the run was interrupted or aborted): highest "
                               "passing concurrency so far 2, none failing yet")
+    assert [verdict_word(s, p) for p in s.probes] == ["pass", "pass"]  # no answer marked: the search had none
 
 
 def test_a_run_without_a_search_has_no_section() -> None:

@@ -141,6 +141,9 @@ def test_the_console_capacity_section_replaces_the_best_listed_level(run: Path, 
         assert "0% (0%–14.25%)" in line
     assert out.splitlines()[head + 4 + len(section["probes"])].startswith("in brackets: 95% confidence intervals")
     assert f"token goodput {_evidence(section['probes'][0], 'token_goodput')['observed']:,.1f} tok/s" in out
+    assert main(["report", "--format", "markdown", str(run)]) == 0  # the same section, as a text block
+    md = capsys.readouterr().out
+    assert "```text\ncapacity (search over concurrency):\nhighest concurrency within the thresholds: " in md
 
 
 def test_the_html_report_plots_each_threshold_figure_against_the_load(run: Path) -> None:
