@@ -107,7 +107,8 @@ def test_report_rebuilds_the_same_search_section_from_the_folder(run: Path, caps
     assert orjson.loads(capsys.readouterr().out)["search"] == written
 
 
-def test_token_goodput_is_the_output_tokens_of_the_requests_within_the_slo_per_second_of_the_window(run: Path) -> None:
+def test_token_goodput_is_the_output_tokens_of_the_requests_within_the_slo_per_second_of_the_window(
+        run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     summary, mixed = load_json(run / "summary.json"), 0
     for lv, rs in _by_level(run).items():
         good = [r for r in rs if r.succeeded and _ttft_ms(r) <= TTFT_SLO_MS]
@@ -119,6 +120,10 @@ def test_token_goodput_is_the_output_tokens_of_the_requests_within_the_slo_per_s
         probe = next(p for p in summary["search"]["probes"] if p["level"] == lv)
         assert _evidence(probe, "token_goodput")["observed"] == g["token_goodput"]  # what a threshold reads
     assert mixed  # at 16 in flight the queued half misses the SLO: token goodput is below output throughput there
+    assert main(["report", "--format", "csv", str(run)]) == 0  # a row of the summary table per level
+    rows = [line.split(",") for line in capsys.readouterr().out.splitlines() if ",token_goodput," in line]
+    assert {r[0]: (int(r[3]), float(r[4])) for r in rows} == {
+        lv: (g["good_requests"], g["token_goodput"]) for lv, g in ((lv, x["goodput"]) for lv, x in summary["levels"].items())}
 
 
 def test_the_console_capacity_section_replaces_the_best_listed_level(run: Path, capsys: pytest.CaptureFixture[str]) -> None:

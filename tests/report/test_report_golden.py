@@ -29,6 +29,7 @@ ADDED: tuple[str, ...] = (
     r"thresholds: \d+ passed, \d+ failed",
     # token goodput beside goodput (summary v9)
     r"token goodput [\d,.]+ tok/s \([\d,]+ output tokens of the requests that met every SLO, over the window\)",
+    r"\| \d+\s+\| token_goodput\s+\| tok/s\s+\| \d+\s+\| [\d,.]+\s+(\| n/a\s+){7}\|", r"\d+,token_goodput,tok/s,\d+,[\d.]+,,,,,,,",
  r"```text", r"```",
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
