@@ -27,6 +27,21 @@ def _finite(v: float | None) -> bool:
     return v is not None and not math.isinf(v) and not math.isnan(v)
 
 
+def tick_labels(xs: list[float], log: bool, gap: float = 0.1) -> list[str]:
+    """Labels for the probes' loads (sorted): a load closer than `gap` of the axis's span to the last
+    labelled one keeps its tick but no label, so that bisection's close loads do not overprint."""
+    pos = [math.log2(x) for x in xs] if log else list(xs)
+    span = (pos[-1] - pos[0]) or 1.0
+    out, last = [], None
+    for x, p in zip(xs, pos, strict=True):
+        if last is None or (p - last) / span >= gap:
+            out.append(f"{x:g}")
+            last = p
+        else:
+            out.append("")
+    return out
+
+
 def search_plot(section: SearchSection, out: Path) -> Path:
     """Write the plot of `section` to `out` (PNG) and return its path."""
     titles = heads(section)
@@ -67,10 +82,11 @@ def search_plot(section: SearchSection, out: Path) -> Path:
             ax.set_title(title)
             ax.set_ylabel(f"{first.metric} {first.statistic or ''}".strip() + (f" ({unit})" if unit else ""))
             ax.set_xlabel("request rate (req/s)" if section.over == "rate" else "concurrency")
-            if xs and xs[0] > 0 and xs[-1] / xs[0] >= 8:
+            log = bool(xs) and xs[0] > 0 and xs[-1] / xs[0] >= 8
+            if log:
                 ax.set_xscale("log", base=2)
             if xs:
-                ax.set_xticks(xs, [f"{x:g}" for x in xs])
+                ax.set_xticks(xs, tick_labels(xs, log))
                 ax.minorticks_off()
             if not drawn:
                 plots._nothing(ax, "no finite values")

@@ -10,6 +10,7 @@ from loadgate.analysis.capacity import search_section
 from loadgate.analysis.summary import level_summary
 from loadgate.records import Record
 from loadgate.report.capacity import answer_line, verdict_word
+from loadgate.report.search_plot import tick_labels
 from tests.recs import make_record
 
 MS = 1_000_000
@@ -55,3 +56,8 @@ def test_a_search_whose_probes_stopped_before_its_answer_ended_stopped() -> None
 def test_a_run_without_a_search_has_no_section() -> None:
     profile = {"workload": {"token_mismatch_limit": 1.0}, "load": {"concurrency": 2}}
     assert search_section(profile, {}, {}) is None
+
+
+def test_the_plots_close_loads_keep_their_ticks_without_overprinting_labels() -> None:
+    assert tick_labels([1, 2, 4, 8, 12, 14, 16], log=True) == ["1", "2", "4", "8", "12", "", "16"]
+    assert tick_labels([50.0, 75.0, 87.5, 93.75, 96.88, 100.0], log=False) == ["50", "75", "87.5", "93.75", "", "100"]
