@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from loadgate.core.figures import ADJUSTED, PERCENTILES, distributions
+from loadgate.core.figures import ADJUSTED, PERCENTILES, distributions, figure
 from loadgate.records import Record
 
 if TYPE_CHECKING:
@@ -47,8 +47,7 @@ def summarize(records: list[Record]) -> dict[str, Any]:
     failed = len(records) - len(ok)
     metrics: dict[str, Any] = {}
     for m in distributions():
-        assert m.samples is not None
-        samples = [s for r in ok for s in m.samples(r)]
+        samples = samples_of(ok, m.name)
         metrics[m.name] = {"unit": m.unit, "per": m.per, **stats(samples)}
         if m.error_adjusted:
             adj = samples + [float("inf")] * failed
@@ -62,6 +61,17 @@ def summarize(records: list[Record]) -> dict[str, Any]:
             errors[k] = errors.get(k, 0) + 1
     return {"requests": len(records), "succeeded": len(ok), "failed": failed, "errors": errors,
             "metrics": metrics, "throughput": throughput(records)}
+
+
+def samples_of(records: list[Record], name: str) -> list[float]:
+    """The samples of distribution `name` (`ttft`, or its variant `ttft_error_adjusted`) over
+    `records`: the figure's samples of the successful ones, and for the variant +inf per failed one."""
+    f = figure(name.removesuffix(ADJUSTED))
+    assert f.samples is not None, name
+    out = [s for r in records if r.succeeded for s in f.samples(r)]
+    if name.endswith(ADJUSTED):
+        out += [float("inf")] * sum(1 for r in records if not r.succeeded)
+    return out
 
 
 def throughput(records: list[Record], window_s: float | None = None) -> dict[str, float | None]:

@@ -5,6 +5,10 @@ twice the highest (capped at `hi`); after the first failure, the next probe is h
 last passing load and the first failing one, until (first failing - last passing) / last passing is
 at most `resolution`. Over concurrency the loads are whole numbers, so bisection also stops when the
 two are adjacent. The answer is the last passing load; the bracket is (last passing, first failing).
+
+Over rate every probe's load (lo and hi included) is rounded to `SIGNIFICANT` significant digits, so that
+a level key reads "75.0", not "75.00000000000001"; bisection also stops when the rounded halfway load is
+one of the two ends.
 """
 
 from __future__ import annotations
@@ -14,6 +18,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from loadgate.config.profile import Search
+
+SIGNIFICANT = 4
+"""Significant digits of a probe's load over rate (docs/capacity.md)."""
+
+
+def probe_load(search: Search, x: float) -> float:
+    """`x` as a probe's load: a whole number over concurrency (rounded down), `SIGNIFICANT`
+    significant digits over rate."""
+    if search.over == "concurrency":
+        return float(math.floor(x))
+    return float(f"{x:.{SIGNIFICANT}g}")
 
 
 @dataclass(frozen=True)
@@ -49,31 +64,29 @@ def bracket(probes: Sequence[Probe]) -> Bracket:
 
 def lowest_fails(search: Search, probes: Sequence[Probe]) -> bool:
     """The first probe (at `lo`) failed: the engine does not meet the thresholds at any load probed."""
-    return bool(probes) and probes[0].load == search.lo and not probes[0].passed
+    return bool(probes) and probes[0].load == probe_load(search, search.lo) and not probes[0].passed
 
 
 def next_load(search: Search, probes: Sequence[Probe]) -> float | None:
     """The next probe's load, or None when the search is over."""
     if not probes:
-        return search.lo
+        return probe_load(search, search.lo)
     if lowest_fails(search, probes):
         return None
     b = bracket(probes)
     assert b.passing is not None  # the first probe passed
+    top = probe_load(search, search.hi)
     if b.failing is None:
-        if b.passing >= search.hi:
+        if b.passing >= top:
             return None  # every load up to hi passes: the answer is hi, unbracketed
-        up = min(2 * b.passing, search.hi)
-        return float(math.floor(up)) if search.over == "concurrency" else up
+        return min(probe_load(search, 2 * b.passing), top)
     width = b.width
     assert width is not None
     if width <= search.resolution:
         return None
-    mid = (b.passing + b.failing) / 2
-    if search.over == "concurrency":
-        mid = float(math.floor(mid))
-        if mid <= b.passing:
-            return None  # adjacent whole numbers
+    mid = probe_load(search, (b.passing + b.failing) / 2)
+    if not b.passing < mid < b.failing:
+        return None  # adjacent loads: whole numbers, or rate loads at the rounding
     return mid
 
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loadgate.analysis.capacity import SearchSection, search_section
 from loadgate.analysis.conversations import cached_tokens, conversation_counts
 from loadgate.analysis.gpu import level_gpu, read_gpu_file
 from loadgate.analysis.metrics import summarize
@@ -137,18 +138,25 @@ def natural(settings: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class Goodput:
+    """The requests that succeeded and met every SLO: how many, their share of the level's requests,
+    per second of the level's window, and their output tokens per second of it (`token_goodput`, v9)."""
+
     slo_ms: dict[str, float]
     good_requests: int
     fraction: float
+    # (before goodput_rps, which version 8 wrote last)
+    token_goodput: float | None = dataclasses.field(default=None, kw_only=True)
+    good_output_tokens: int | None = dataclasses.field(default=None, kw_only=True)
     goodput_rps: float | None
 
 
 def goodput(records: list[Record], slo: dict[str, float | None], window_s: float | None) -> Goodput | None:
-    """Requests that succeeded and met every SLO given (a request's own TTFT, TPOT and E2E)."""
+    """Requests that succeeded and met every SLO given (a request's own TTFT, TPOT and E2E); their
+    count over the window, and their output tokens (those the throughput counts) over it."""
     active = {k: v for k, v in slo.items() if v is not None}
     if not active or not records:
         return None
-    good = 0
+    good = tokens = 0
     for r in records:
         if not r.succeeded:
             continue
@@ -160,7 +168,9 @@ def goodput(records: list[Record], slo: dict[str, float | None], window_s: float
             if vals and vals[0] > limit:
                 okay = False
         good += okay
-    return Goodput(active, good, good / len(records), good / window_s if window_s else None)
+        tokens += sum(r.chunk_tokens) if okay else 0
+    return Goodput(active, good, good / len(records), good / window_s if window_s else None,
+                   token_goodput=tokens / window_s if window_s else None, good_output_tokens=tokens)
 
 
 @dataclass(frozen=True)
@@ -399,6 +409,14 @@ Each level's `slices` (`report.slice_s`; `loadgate.analysis.slices`): slice_s, w
 kept; else null) and per slice of the level's window its start_s, end_s, partial (the last one,
 shorter), requests, succeeded, failed, output_tokens with output_throughput, and count, p50 and p99 of
 ttft, itl and e2e; null when off.
+The summary's `search` (a run with `load.search`; null otherwise): the knob (over, lo, hi,
+resolution), the probes in the order they ran (level, load, passed, and per threshold the figure
+read — metric, statistic, unit —, the observed value, the limit, passed, and `ci`, its 95 %
+confidence interval from the probe's samples: low, high, method, coverage, or null ends with the
+reason; `loadgate.analysis.intervals`), the `bracket` (passing, failing), the `answer` and `ended`
+("answer below hi", "hi passed", "lowest failed" or "stopped"). Each level's `goodput` gains
+`token_goodput` (output tokens per second of the window of the requests that met every SLO, a
+figure thresholds can name) and `good_output_tokens` (those tokens).
 Version 8 files read the same, the new fields null.
 8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the
@@ -471,15 +489,17 @@ class Summary:
     dataset: dict[str, Any] | None = None  # meta.json's `dataset`: where the prompts came from
     request: dict[str, Any] | None = None  # the measured requests' settings (v7; null before)
     trace: dict[str, Any] | None = None  # a timed trace's replay (v8; null before and for other runs)
+    search: SearchSection | None = None  # a capacity search's evidence (v9; null before and for other runs)
     summary_version: int = SUMMARY_VERSION
 
     def to_json(self) -> dict[str, Any]:
         """The fields added since version 1 first, then those of version 1 in their order."""
         d = asdict(self)
         d["levels"] = {lv: ls.to_json() for lv, ls in self.levels.items()}
+        d["search"] = None if self.search is None else self.search.to_json()
         return {"summary_version": d.pop("summary_version"), "interrupted": d.pop("interrupted"),
                 "damage": d.pop("damage"), "tls_insecure": d.pop("tls_insecure"), "dataset": d.pop("dataset"),
-                "request": d.pop("request"), "trace": d.pop("trace"), **d}
+                "request": d.pop("request"), "trace": d.pop("trace"), "search": d.pop("search"), **d}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Summary:
@@ -488,7 +508,9 @@ class Summary:
                    {lv: LevelSummary.from_json(s) for lv, s in d["levels"].items()}, d["valid"],
                    d.get("attestation"), bool(d.get("unverified")), d.get("token_pool"), d.get("chat_template_tokens"),
                    d.get("damage"), bool(d.get("interrupted")), bool(d.get("tls_insecure")), d.get("dataset"),
-                   d.get("request"), d.get("trace"), int(d.get("summary_version", 1)))
+                   d.get("request"), d.get("trace"),
+                   None if d.get("search") is None else SearchSection.from_json(d["search"]),
+                   int(d.get("summary_version", 1)))
 
 
 def _listed(d: Any, where: str) -> list[Any]:
@@ -551,7 +573,7 @@ def build_summary(run_dir: Path, extra: list[Record] | None = None) -> Summary:
                    stop.get("outcome") == "interrupted", bool(meta.get("tls_insecure")), meta.get("dataset"),
                    {**request_settings(meta["profile"]), "stream": bool(meta["profile"]["load"].get("stream", True)),
                     "extra_body_keys": sorted((meta["profile"].get("target") or {}).get("extra_body") or {})},
-                   meta.get("trace"))
+                   meta.get("trace"), search_section(meta["profile"], levels, by_level))
 
 
 def _load_kind(load: dict[str, Any]) -> str:

@@ -189,6 +189,9 @@ FIGURES: tuple[Figure, ...] = (
            per="level", path=("acceptance", "per_request", "acceptance_length"), ab=("value",), title="Acceptance length"),
     Figure("goodput", "ratio", "scalar", "higher", "fraction of requests that succeeded and met every SLO",
            per="level", path=("goodput", "fraction"), title="Goodput"),
+    Figure("token_goodput", "tok/s", "scalar", "higher",
+           "output tokens received by the requests that succeeded and met every SLO / W", per="level",
+           path=("goodput", "token_goodput"), title="Token goodput"),
     Figure("errors", "ratio", "scalar", "lower", "failed requests: rate (fraction) or count", per="level",
            path=("failed",), title="Errors"),
 )

@@ -378,7 +378,7 @@ def measure(t: Threshold, summary: LevelFigures) -> tuple[float | None, str | No
     if v is None and t.metric == "acceptance_length":
         v = figures.read_path(summary, ("acceptance", "counters", "acceptance_length"))
     if v is None:
-        why = {"goodput": "no goodput (the profile sets no slo)",
+        why = {"goodput": "no goodput (the profile sets no slo)", "token_goodput": "no goodput (the profile sets no slo)",
                "acceptance_length": "no acceptance length (no speculative decoding statistics)"}
         return None, "n/a: " + why.get(t.metric, "no samples")
     return float(v), None

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from loadgate.analysis.search import probe_load
 from loadgate.config.profile import Profile
 from loadgate.documents import GaugeStats, HealthPhase, ServerLevel
 from loadgate.engine.adapters import metric_prefixes
@@ -42,7 +43,7 @@ def levels(profile: Profile) -> list[LoadLevel]:
     load = profile.load
     if load.search is not None:  # the first probe; the prober appends the others as it goes
         s = load.search
-        return [Concurrency(int(s.lo)) if s.over == "concurrency" else Rate(s.lo, load.max_in_flight)]
+        return [Concurrency(int(s.lo)) if s.over == "concurrency" else Rate(probe_load(s, s.lo), load.max_in_flight)]
     if load.schedule == "trace":  # one level, numbered by its speed: the times are the trace's
         return [Rate(load.trace_speed, load.max_in_flight)]
     if load.rate is not None:

@@ -14,11 +14,13 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from loadgate.analysis.capacity import SearchSection
 from loadgate.analysis.summary import GROUP_FIELDS, LevelSummary, Summary, build_summary
 from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
-from loadgate.report import plots
+from loadgate.report import capacity, plots
+from loadgate.report.search_plot import search_plot
 from loadgate.report.table import conversation_lines, fmt, trace_line
 
 _CSS = """
@@ -47,6 +49,10 @@ _CAPTIONS = {
     "slices": "Each level's figures by time slice (report.slice_s): output tokens per second by when they "
               "arrived, and p50 (solid) and p99 (dashed) of the requests that started in the slice; a hollow "
               "point is a partial last slice.",
+    "capacity_search": "The capacity search: each threshold's figure on every probe against its load, with its "
+                       "95 % confidence interval (an end the samples cannot bound left off) and the limit "
+                       "(dashed); green circles passed every threshold, red crosses failed one; the dotted "
+                       "line is the answer.",
 }
 
 
@@ -104,7 +110,8 @@ def _level_facts(s: LevelSummary, trace: dict[str, Any] | None = None) -> str:
     if g:
         slo = ", ".join(f"{k} ≤ {v:g}" for k, v in g.slo_ms.items())
         items.append(f"goodput {fmt(g.goodput_rps)} req/s ({g.fraction:.1%} of requests met "
-                     f"{escape(slo)})")
+                     f"{escape(slo)})" + ("" if g.good_output_tokens is None else
+                                          f"; token goodput {fmt(g.token_goodput, 1)} tok/s"))
     pr = s.acceptance.per_request
     if pr and pr.get("acceptance_length") is not None:
         items.append(f"acceptance length {fmt(pr['acceptance_length'], 3)} ({escape(str(pr.get('source')))})")
@@ -135,6 +142,16 @@ def _exactness_html(path: Path) -> str:
             f"{escape(str(contract.get('words') or contract.get('tier') or 'n/a'))}</p>"
             f"<table><thead><tr><th>verdict</th><th>sequences</th></tr></thead><tbody>{rows}</tbody></table>"
             + (f"<ul>{reasons}</ul>" if reasons else ""))
+
+
+def _search_html(section: SearchSection) -> str:
+    """The capacity search's answer and its probes' table (the console's cells: `report.capacity`)."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in ("probe", section.over, "verdict", *capacity.heads(section)))
+    body = "".join("<tr>" + "".join(f'<td class="num">{escape(c)}</td>' if k != 2 else f"<td>{escape(c)}</td>"
+                                    for k, c in enumerate(row)) + "</tr>" for row in capacity.rows(section))
+    return (f"<h2>Capacity</h2><p><b>{escape(capacity.answer_line(section))}</b></p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<p class=\"meta\">{escape(capacity.interval_note(section))}</p>")
 
 
 def _img(path: Path, name: str) -> str:
@@ -225,6 +242,8 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
     series = {_level_label(load, lv): recs for lv, recs in groups.items()}
     made = _make_plots(series, {"": _sweep_pairs(summary)}, (meta.get("profile") or {}).get("slo"), _axis_label(load),
                        run_dir / "plots", streamed(summary), _timed(summary))
+    if summary.search is not None:
+        made.insert(0, ("capacity_search", search_plot(summary.search, run_dir / "plots" / "capacity_search.png")))
     status = ('<span class="good">valid</span>' if summary.valid else '<span class="bad">INVALID</span>')
     if summary.tls_insecure:
         status += ' · <span class="bad">TLS certificate not checked (target.tls.insecure)</span>'
@@ -243,6 +262,7 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
             f" · engine {escape(_host(meta.get('engine_url')))} · loadgate {escape(str(summary.loadgate))}"
             f" · measurement {status}{' · ' + backing if backing else ''}</p>"
             + _exactness_html(run_dir / "exactness.json")
+            + ("" if summary.search is None else _search_html(summary.search))
             + "<h2>Plots</h2>" + "".join(_img(p, name) for name, p in made)
             + "<h2>Summary</h2>" + _tables(summary, side_by_side=True))
     out.parent.mkdir(parents=True, exist_ok=True)

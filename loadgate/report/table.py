@@ -222,6 +222,9 @@ def render_summary(summary: Summary) -> str:
             g = s.goodput
             out.append(f"goodput {fmt(g.goodput_rps, 2)} req/s ({g.fraction:.1%} of requests met "
                        + ", ".join(f"{k} <= {v:g}" for k, v in g.slo_ms.items()) + ")")
+            if g.good_output_tokens is not None:  # (summaries before v9 have no token goodput)
+                out.append(f"token goodput {fmt(g.token_goodput, 1)} tok/s ({g.good_output_tokens:,} output tokens of "
+                           f"the requests that met every SLO, over the window)")
         out += _acceptance_lines(s.acceptance)
         for field in GROUP_FIELDS:
             if (s.groups or {}).get(field):
@@ -347,7 +350,8 @@ def trace_line(trace: dict[str, Any]) -> str:
 
 
 def summary_rows(summary: Summary) -> list[list[Any]]:
-    """One row per level and metric: level, metric, unit, n, p50, p90, p95, p99, p99.9, mean, min, max."""
+    """One row per level and metric: level, metric, unit, n, p50, p90, p95, p99, p99.9, mean, min, max
+    (a throughput's value, and token goodput's, under p50)."""
     rows = []
     for lv, s in summary.levels.items():
         for name, m in s.metrics.items():
@@ -359,6 +363,9 @@ def summary_rows(summary: Summary) -> list[list[Any]]:
                      ("request_throughput", t.request_throughput)):
             rows.append([lv, k, "tok/s" if "token" in k else "req/s", s.succeeded, v, None, None, None, None,
                          None, None, None])
+        g = s.goodput
+        if g is not None and g.good_output_tokens is not None:  # n: the requests that met every SLO
+            rows.append([lv, "token_goodput", "tok/s", g.good_requests, g.token_goodput, *[None] * 7])
     return rows
 
 

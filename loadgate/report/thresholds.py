@@ -9,17 +9,18 @@ from collections.abc import Sequence
 from loadgate.core.thresholds import DISPLAY_UNIT, LevelJudgement, Outcome
 
 
-def format_figure(v: float | None, dimension: str) -> str:
-    """A figure with its unit for people: None is "n/a", infinity "+inf", ratios in percent."""
+def format_figure(v: float | None, dimension: str, digits: int = 6, *, unit: bool = True) -> str:
+    """A figure with its unit (unless `unit` is false) for people, to `digits` significant digits
+    (ratios in percent, to 4): None is "n/a", infinity "+inf"."""
     if v is None:
         return "n/a"
     if math.isinf(v):
         return "+inf" if v > 0 else "-inf"
     if dimension == "ratio":
         return f"{v * 100:.4g}%"
-    text = f"{v:.0f}" if abs(v) >= 1e5 else f"{v:.6g}"
-    unit = DISPLAY_UNIT[dimension]
-    return f"{text} {unit}" if unit else text
+    text = f"{v:.0f}" if abs(v) >= 10 ** (digits - 1) else f"{v:.{digits}g}"
+    shown = DISPLAY_UNIT[dimension]
+    return f"{text} {shown}" if shown and unit else text
 
 
 def render(outcomes: Sequence[Outcome]) -> str:

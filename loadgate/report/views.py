@@ -25,6 +25,7 @@ from loadgate.errors import UsageError
 from loadgate.jsonutil import clean, load_json
 from loadgate.records import Record, read_records
 from loadgate.report import compare_table as ct
+from loadgate.report.capacity import search_text
 from loadgate.report.exactness import report_text
 from loadgate.report.table import capacity_table, render_summary, summary_csv, summary_markdown
 from loadgate.report.thresholds import render as render_thresholds
@@ -148,14 +149,16 @@ def render_judgement(run_dir: Path, j: Judgement, fmt: str, *, exactness: bool =
     if fmt == "csv":
         return summary_csv(summary) + _csv_verdict_row(j)
     if fmt == "markdown":
-        return summary_markdown(summary) + _threshold_text(j, fmt) + "\n\n" + outcome_line(j, fmt)
+        search = "" if summary.search is None else f"\n\n```text\n{search_text(summary.search)}\n```"
+        return summary_markdown(summary) + search + _threshold_text(j, fmt) + "\n\n" + outcome_line(j, fmt)
     parts = []
     if exactness:
         parts.append(_exactness_block(run_dir))
     if summary.unverified:
         parts.append("UNVERIFIED: no exactness check ran for this configuration; these figures are not a result.")
     text = render_summary(summary)
-    cap = capacity_table(summary, (load_json(run_dir / "meta.json").get("profile") or {}).get("slo") or {})
+    cap = search_text(summary.search) if summary.search is not None else \
+        capacity_table(summary, (load_json(run_dir / "meta.json").get("profile") or {}).get("slo") or {})
     if cap:
         text += "\n\n" + cap
     parts.append(text + _threshold_text(j, fmt) + "\n\n" + outcome_line(j, fmt))

@@ -127,6 +127,8 @@ def test_scalar_metrics_read_throughput_goodput_and_acceptance():
     assert check("input_throughput", "> 100 tok/s").measured == pytest.approx(100 / window)
     assert check("request_throughput", ">= 40 req/s").measured == pytest.approx(10 / window)
     assert check("goodput", "== 0.6").passed
+    # the 6 requests within the slo (ttft 100 … 150 ms) received 3 tokens each
+    assert check("token_goodput", "> 70 tok/s").measured == pytest.approx(18 / window)
 
 
 def test_acceptance_length_from_per_request_then_counters():
@@ -166,6 +168,8 @@ def test_no_samples_fails_the_threshold():
     assert not check("ttft", "p(99) > 0", ALL_FAILED).passed
     assert not check("errors", "count == 0", level_summary([], None, [], PROFILE)).passed
     assert not check("goodput", "> 0.5", dataclasses.replace(CLEAN, goodput=None)).passed
+    o = check("token_goodput", "> 1 tok/s", dataclasses.replace(CLEAN, goodput=None))
+    assert not o.passed and o.reason == "n/a: no goodput (the profile sets no slo)"
 
 
 def test_infinity_from_failed_requests_fails_less_than_thresholds():
@@ -198,6 +202,7 @@ def test_infinity_from_failed_requests_fails_less_than_thresholds():
     ("ttft", "", "empty threshold"),
     ("ttft", "mena < 800", "unknown aggregation 'mena'"),
     ("ttft", "p(99) < 5 tok/s", "unit 'tok/s' does not fit ttft (expected us, ms or s)"),
+    ("token_goodput", "> 5%", "unit '%' does not fit token_goodput (expected tok/s)"),
     ("output_throughput", "> 1500 ms", "unit 'ms' does not fit output_throughput (expected tok/s)"),
     ("request_throughput", "> 10 tok/s", "unit 'tok/s' does not fit request_throughput (expected req/s)"),
     ("ttft", "p(99) < 8%", "unit '%' does not fit ttft"),

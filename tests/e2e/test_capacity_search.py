@@ -52,6 +52,7 @@ def test_rate_search_finds_the_simulators_saturation_rate_within_one_resolution_
     verdict = load_json(tmp_path / "out" / "knee" / "verdict.json")
     loads = [float(x) for x in meta["levels"]]
     assert loads[:3] == pytest.approx([lo, lo * 2, lo * 3 / 2])  # doubling, then halfway
+    assert all(float(f"{x:.4g}") == x for x in loads)  # each probe's load to 4 significant digits (its key too)
     judged = {t["level"] for t in verdict["thresholds"]}
     assert len(judged) == 1
     answer = float(judged.pop())
@@ -65,9 +66,15 @@ def test_a_search_whose_lowest_probe_fails_exits_20_naming_the_threshold(
     assert main(["run", "-q", str(p)]) == 20
     assert "ttft p(50) < 1us" in capsys.readouterr().err
     assert load_json(tmp_path / "out" / "low" / "meta.json")["levels"] == [1]  # the search ended there
+    section = load_json(tmp_path / "out" / "low" / "summary.json")["search"]
+    assert (section["ended"], section["answer"], section["bracket"]) == ("lowest failed", None,
+                                                                         {"passing": None, "failing": 1.0})
+    assert main(["report", str(tmp_path / "out" / "low")]) == 20
+    assert ("no concurrency within the thresholds: the lowest probe, 1, failed ttft p(50) < 1us"
+            in capsys.readouterr().out.splitlines())
 
 
-def test_concurrency_search_judges_only_its_answer_and_exits_0(tmp_path: Path) -> None:
+def test_concurrency_search_judges_only_its_answer_and_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = write(tmp_path, "conc", {"over": "concurrency", "lo": 1, "hi": 4, "resolution": 0.5},
               {"ttft": ["p(50) < 5s"]}, 24)
     assert main(["run", "-q", str(p)]) == 0
@@ -75,3 +82,9 @@ def test_concurrency_search_judges_only_its_answer_and_exits_0(tmp_path: Path) -
     assert meta["levels"] == [1, 2, 4]  # every probe passes: doubling to hi
     verdict = load_json(tmp_path / "out" / "conc" / "verdict.json")
     assert {t["level"] for t in verdict["thresholds"]} == {"4"}
+    section = load_json(tmp_path / "out" / "conc" / "summary.json")["search"]
+    assert (section["ended"], section["answer"], section["bracket"]) == ("hi passed", 4.0,
+                                                                         {"passing": 4.0, "failing": None})
+    assert main(["report", str(tmp_path / "out" / "conc")]) == 0
+    assert ("highest concurrency within the thresholds: 4, the search's hi: every probe passed, so there is no "
+            "failing end (raise load.search.hi to look further)") in capsys.readouterr().out.splitlines()

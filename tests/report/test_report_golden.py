@@ -27,11 +27,14 @@ ADDED: tuple[str, ...] = (
     r"\d+(\.\d+)?\s+[\d,.]+\s+[\d,.]+\s+[\d,.n/a]+\s+(yes|no|n/a)", r"(highest|no) (concurrency|rate) .*SLOs.*",
     r"thresholds \(.*\):", r"threshold\s+measured\s+limit\s+result", r"\S.* (pass|FAIL)( \(.*\))?",
     r"thresholds: \d+ passed, \d+ failed",
+    # token goodput beside goodput (summary v9)
+    r"token goodput [\d,.]+ tok/s \([\d,]+ output tokens of the requests that met every SLO, over the window\)",
+    r"\| \d+\s+\| token_goodput\s+\| tok/s\s+\| \d+\s+\| [\d,.]+\s+(\| n/a\s+){7}\|", r"\d+,token_goodput,tok/s,\d+,[\d.]+,,,,,,,",
  r"```text", r"```",
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
     r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
-    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "request": \{', r'      "groups": null,', r'      "conversations": null,', r'      "cached_tokens": null,', r'      "gpu": null,', r'      "ramp_requests": null,', r'      "slices": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "search": null,', r'  "request": \{', r'        "token_goodput": .*', r'        "good_output_tokens": .*', r'      "groups": null,', r'      "conversations": null,', r'      "cached_tokens": null,', r'      "gpu": null,', r'      "ramp_requests": null,', r'      "slices": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
 )
 
 
@@ -318,6 +321,10 @@ def test_a_version_8_run_folder_is_read_before_capacity_planning_and_judged_as_t
     assert old["summary_version"] == 8
     s, again = Summary.from_json(old), build_summary(run)
     assert s.summary_version == 8 and again.summary_version == SUMMARY_VERSION == 9
+    assert s.search is None and again.search is None  # not a search
+    swept = Summary.from_json(load_json(RUNS / "sweep" / "summary.json"))  # goodput before token goodput
+    g = swept.levels["1"].goodput
+    assert g is not None and g.good_requests > 0 and g.token_goodput is g.good_output_tokens is None
     for name, m in s.levels["16"].metrics.items():
         assert again.levels["16"].metrics[name] == m, name
     code = load_json(run / "verdict.json")["code"]
