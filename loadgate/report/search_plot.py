@@ -7,6 +7,7 @@ vertical line. Data from the summary's `search` section only."""
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 from loadgate.analysis.capacity import STOPPED, SearchSection, ThresholdEvidence
@@ -91,6 +92,7 @@ def search_plot(section: SearchSection, out: Path) -> Path:
             if not drawn:
                 plots._nothing(ax, "no finite values")
             ax.legend(loc="best", framealpha=0.9)
-        fig.suptitle(f"Capacity search over {section.over}: each threshold's figure per probe, 95 % intervals "
-                     "(● pass, ✕ fail; numbers: the order the probes ran)")
+        words = (f"Capacity search over {section.over}: each threshold's figure per probe, 95 % intervals "
+                 "(● pass, ✕ fail; numbers: the order the probes ran)")
+        fig.suptitle(textwrap.fill(words, width=38 * cols), fontsize=10)
     return out
