@@ -157,9 +157,8 @@ def _main() -> None:
         readable, _, _ = select.select([sys.stdin], [], [], timeout)
         return bool(readable) and not os.read(sys.stdin.fileno(), 1)
 
-    def ready() -> None:
-        sys.stdout.write("ready\n")
-        sys.stdout.flush()
+    def ready() -> None:  # to the run that waits on this pipe (standard output is that pipe, no terminal)
+        os.write(1, b"ready\n")
 
     with open(path, "wb") as out:
         record(out, interval_s, max_bytes, stopped, ready)
