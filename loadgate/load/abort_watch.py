@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing as mp
 import queue
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from time import perf_counter_ns
@@ -39,6 +40,7 @@ from loadgate.load.stopflag import StopFlag
 from loadgate.load.target import decode
 
 POLL_S = 0.25  # the watcher reads the logs, and the parent its flag, this often
+READY_S = 60.0  # the longest the watcher may take to start (a busy machine's imports)
 
 
 def watched(profile: Profile) -> list[Watched]:
@@ -56,11 +58,19 @@ class AbortWatch:
         ctx = mp.get_context("spawn")
         self.active = ctx.Value("q", 0)  # the level being watched (its number in this run), 0 for none
         self.tripped = ctx.Value("b", 0)
+        ready = ctx.RawValue("b", 0)
         self.inbox: Any = ctx.Queue()
         self.count = 0
         self.proc = ctx.Process(target=_watch, daemon=True, args=(
-            watched(profile), profile.load.stream, str(run_dir), self.inbox, self.active, self.tripped))
+            watched(profile), profile.load.stream, str(run_dir), self.inbox, self.active, self.tripped, ready))
         self.proc.start()
+        # started before the first level, and awaited: its start (imports) is no part of a window
+        deadline = perf_counter_ns() + int(READY_S * 1e9)
+        while not ready.value and self.proc.is_alive() and perf_counter_ns() < deadline:
+            time.sleep(0.01)
+        if not ready.value:
+            self.close()
+            raise RuntimeError(f"the abort_on_fail watcher process did not start within {READY_S:g} s")
 
     def level(self, tag: str, start_ns: int) -> None:
         """Watch the measured phase `tag` (its exchange logs), begun at `start_ns`."""
@@ -138,10 +148,16 @@ class _Level:
             tail.close()
 
 
-def _watch(ws: list[Watched], stream: bool, run_dir_s: str, inbox: Any, active: Any, tripped: Any) -> None:
+def _watch(ws: list[Watched], stream: bool, run_dir_s: str, inbox: Any, active: Any, tripped: Any,
+           ready: Any) -> None:
     """The watcher process (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends this process
+    import numpy  # noqa: F401 - imported now, while the parent waits, not at the first judgement
+
+    from loadgate.engine.adapters import adapter_for  # noqa: F401 - (the same)
+
     run_dir = Path(run_dir_s)
+    ready.value = 1
     level: _Level | None = None
     while True:
         try:
