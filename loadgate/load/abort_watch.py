@@ -57,7 +57,7 @@ class AbortWatch:
         self.run_dir = run_dir
         ctx = mp.get_context("spawn")
         self.active = ctx.Value("q", 0)  # the level being watched (its number in this run), 0 for none
-        self.tripped = ctx.Value("b", 0)
+        self.tripped = ctx.RawValue("b", 0)  # set by the watcher under `active`'s lock
         ready = ctx.RawValue("b", 0)
         self.inbox: Any = ctx.Queue()
         self.count = 0
@@ -87,7 +87,7 @@ class AbortWatch:
     async def poll(self, stop: StopFlag, now: bool) -> None:
         """Until cancelled: once the watcher trips, abort through `stop` (`now`: cut the requests in
         flight after the grace, as the breaker in this process does; else they finish)."""
-        while not self.tripped.get_obj().value:  # read without its lock, as StopFlag reads its byte
+        while not self.tripped.value:  # one byte, read whole
             await asyncio.sleep(POLL_S)
         stop.abort(read_abort(self.run_dir) or "a threshold with abort_on_fail failed", now=now)
 
