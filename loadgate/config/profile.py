@@ -417,7 +417,7 @@ class Abort:
 class ThresholdSpec:
     """A threshold written as a mapping (k6's form) beside the plain string: its text, and whether its
     failing during a measured level aborts the run (`abort_on_fail`: judged on the requests the level
-    finished so far, after `delay_abort_eval`; docs/capacity.md)."""
+    finished so far, after `delay_abort_eval`; docs/hardening.md)."""
 
     threshold: str = field(metadata={"help": "the threshold, as its plain string form (e.g. \"p(99) < 500ms\")"})
     abort_on_fail: bool = knob(False, "abort the level (exit 20, ABORTED) once this threshold fails on the "
@@ -435,7 +435,8 @@ class ThresholdSpec:
         if not isinstance(d, str):
             return float(d)
         m = _DELAY.fullmatch(d.strip())
-        assert m is not None  # `check` refused anything else
+        if m is None:  # (a profile file's is refused when it loads: `check`)
+            raise ValueError(f"delay_abort_eval: expected seconds or a duration like '10s', got {d!r}")
         return float(m.group(1)) * _DELAY_UNITS[m.group(2)]
 
     def check(self) -> list[tuple[str, str]]:
