@@ -10,7 +10,8 @@ the first to write it names the trigger) and a shared flag; the parent's `AbortW
 that reads the flag every `POLL_S`, stops the run through the same stop flag as the breaker
 (`StopFlag.abort`: no new request, those in flight cut after `load.grace_s` and kept as errors of
 kind `aborted`; with worker processes those in flight finish, as after the breaker). Nothing is
-added to the receive loop but that task's wake every `POLL_S`.
+added to the receive loop but that task's wake every `POLL_S`; the watcher runs at a lower priority
+(`NICE`), so that on a machine short of cores the receive loop is not the one that waits.
 
 A level's watch ends when its measured phase does (`AbortWatch.end`, under the flag's lock): a
 threshold that fails only on the level's last requests is judged at its end, like any other.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
+import os
 import queue
 import signal
 import time
@@ -40,6 +42,7 @@ from loadgate.load.stopflag import StopFlag
 from loadgate.load.target import decode
 
 POLL_S = 0.25  # the watcher reads the logs, and the parent its flag, this often
+NICE = 10  # the watcher's lower priority
 READY_S = 60.0  # the longest the watcher may take to start (a busy machine's imports)
 
 
@@ -152,6 +155,8 @@ def _watch(ws: list[Watched], stream: bool, run_dir_s: str, inbox: Any, active: 
            ready: Any) -> None:
     """The watcher process (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends this process
+    with contextlib.suppress(OSError):  # on a machine short of cores the client's loop comes first
+        os.nice(NICE)
     import numpy  # noqa: F401 - imported now, while the parent waits, not at the first judgement
 
     from loadgate.engine.adapters import adapter_for  # noqa: F401 - (the same)
