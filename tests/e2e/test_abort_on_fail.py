@@ -1,12 +1,15 @@
 """Thresholds with `abort_on_fail` against the embedded simulator made slow on purpose: a prefill
-of PREFILL_US per prompt token, so that every request's TTFT is at least its own prefill
-(IN x PREFILL_US = 100 ms: the simulator's ground truth, whatever the machine's load). A threshold
+of PREFILL_US per prompt token, charged to the step that admits the prompt, so that a request's
+TTFT is at least its own prefill (IN x PREFILL_US = 100 ms; on a machine so busy that the
+simulator's steps run late, its deadline grid may shorten one now and then: the median holds it
+by far, ~800 ms with 8 prompts queued). A threshold
 that fails from the start aborts the level long before its requests are done, names itself and
 what it measured in abort.json, and `report` re-judges the folder ABORTED with 20; a passing one
 never aborts; `delay_abort_eval` holds the evaluation."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +22,17 @@ from loadgate.records import read_records
 from tests.profiles import LAX_HEALTH, tiny_corpus
 
 PREFILL_US, IN = 1000.0, 100
-TTFT_FLOOR_MS = IN * PREFILL_US / 1000  # no request's first token comes sooner than its prefill
+TTFT_FLOOR_MS = IN * PREFILL_US / 1000  # a request's first token comes no sooner than its prefill
 SIM = {"prefill_us_per_token": PREFILL_US, "max_num_seqs": 8}
 PLANNED = 400  # ~8 requests a second: the whole level would take about 50 s
 
 
 def write(tmp: Path, name: str, thresholds: dict[str, list[Any]], requests: int = PLANNED, workers: int = 1,
-          sim: dict[str, Any] | None = None, check: bool = True) -> Path:
+          sim: dict[str, Any] | None = None, check: bool = True, out: int = 4) -> Path:
     doc: dict[str, Any] = {
         "name": name, "target": {"endpoint": "embedded", "sim": sim or SIM},
         "workload": {"requests": requests, "input_len": {"dist": "fixed", "value": IN},
-                     "output_len": {"dist": "fixed", "value": 4}},
+                     "output_len": {"dist": "fixed", "value": out}},
         "load": {"concurrency": 8, "grace_s": 0.2, "workers": workers},
         "thresholds": thresholds, "health": LAX_HEALTH, "output": {"dir": str(tmp / "out"), "run_id": name},
     }
@@ -47,8 +50,9 @@ def measured(run: Path) -> list[Any]:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_ttft_threshold_failing_from_the_start_aborts_the_level_long_before_its_requests_are_done(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], workers: int) -> None:
-    p = write(tmp_path, "slow", {"ttft": ["p(99) < 10s", {"threshold": "p(50) < 50ms", "abort_on_fail": True}]},
-              workers=workers)
+    # outputs of 400 tokens (1.6 s of 4 ms decode steps): requests are still in flight after the grace
+    p = write(tmp_path, "slow", {"ttft": ["p(99) < 30s", {"threshold": "p(50) < 50ms", "abort_on_fail": True}]},
+              workers=workers, out=400)
     assert main(["run", "-q", str(p)]) == 20
     run = tmp_path / "out" / "slow"
     recs = measured(run)
@@ -60,7 +64,7 @@ def test_a_ttft_threshold_failing_from_the_start_aborts_the_level_long_before_it
     stop = load_json(run / "stop.json")
     assert stop["outcome"] == "aborted" and stop["code"] == 20 and abort["trigger"] in stop["message"]
     ok = [r for r in recs if r.succeeded]
-    assert len(ok) >= 20 and all(r.chunk_ns[0] / 1e6 >= TTFT_FLOOR_MS for r in ok)
+    assert len(ok) >= 20 and statistics.median(r.chunk_ns[0] / 1e6 for r in ok) >= TTFT_FLOOR_MS
     cut = [r for r in recs if r.error is not None]
     assert all(r.error is not None and r.error.kind == "aborted" for r in cut)  # the only failures: those cut off
     if workers == 1:  # in flight when it tripped: cut after the grace (worker processes let them finish)
@@ -101,10 +105,10 @@ def test_delay_abort_eval_holds_the_evaluation(tmp_path: Path) -> None:
     # the threshold failed on the first 20 requests, well before the delay; it was judged only after
     assert sum(1 for r in recs if r.succeeded and r.end_ns - start < (delay - 1.5) * 1e9) >= 20
     assert load_json(run / "abort.json")["after_s"] >= delay
+    # requests kept starting until about the delay (a slot frees every ~0.1 s), none was cut before it
+    assert max(r.start_ns for r in recs) - start >= (delay - 1.0) * 1e9
     cut = [r for r in recs if r.error is not None]
-    assert cut and all(r.error is not None and r.error.kind == "aborted" for r in cut)
-    assert min(r.end_ns for r in cut) - start >= delay * 1e9
-    assert all(r.succeeded for r in recs if r.end_ns - start < delay * 1e9)
+    assert all(r.error is not None and r.error.kind == "aborted" and r.end_ns - start >= delay * 1e9 for r in cut)
 
 
 def test_an_errors_threshold_counts_failures_as_they_finish(tmp_path: Path) -> None:
