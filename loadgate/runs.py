@@ -207,8 +207,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
         prober, expected = Prober(profile, run_dir / "records.jsonl", meta_cpus), probes_expected(search)
     from loadgate.load.abort_watch import watching  # (here: the watcher judges with numpy, imported late)
 
-    with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * expected, profile.name) as tick, \
-            watching(profile, run_dir) as watch:  # the thresholds with abort_on_fail, if any
+    with watching(profile, run_dir) as watch, RecordWriter(run_dir / "records.jsonl") as writer, \
+            progress(len(plan) * expected, profile.name) as tick:  # (watch: the thresholds with abort_on_fail)
         server, health = await run_levels(e, plan, pool, spec, lv, writer, tick, run_tag=run_dir.name, t0_ns=t0,
                                           round_base=round_base, workers_dir=run_dir, stop=stop, next_level=prober,
                                           watch=watch)
