@@ -41,8 +41,9 @@ class Exit(IntEnum):
     FINGERPRINT_DIFFERS = 12, "fingerprint", "the fingerprint differs from the saved one", \
         ("`loadgate fingerprint --against FILE`: the engine's fingerprint differs from the saved one "
          "(the fields are printed)")
-    THRESHOLD = 20, "threshold", "a performance threshold failed, or the run was aborted on one", \
-        "a performance threshold failed, or the run was aborted on one (`load.abort`: ABORTED)"
+    THRESHOLD = 20, "threshold", "a performance threshold failed, or a level was aborted on one", \
+        ("a performance threshold failed, or a level was aborted on one (`load.abort`, or a threshold's "
+         "`abort_on_fail`: ABORTED)")
     REGRESSED = 21, "regressed", "regression against baseline", "regression against the baseline"
     INCONCLUSIVE = 22, "inconclusive", "comparison inconclusive", "comparison inconclusive"
     INVALID = 30, "invalid", "measurement invalid", \

@@ -206,10 +206,13 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     if search is not None:  # (here, not at the top: the prober summarizes, with numpy, which a run imports late)
         from loadgate.load.probing import Prober, probes_expected
         prober, expected = Prober(profile, run_dir / "records.jsonl", meta_cpus), probes_expected(search)
-    with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * expected, profile.name) as tick, \
-            gpu_telemetry(profile, run_dir):
+    from loadgate.load.abort_watch import watching  # (here: the watcher judges with numpy, imported late)
+
+    with watching(profile, run_dir) as watch, RecordWriter(run_dir / "records.jsonl") as writer, \
+            progress(len(plan) * expected, profile.name) as tick, gpu_telemetry(profile, run_dir):  # (watch: abort_on_fail)
         server, health = await run_levels(e, plan, pool, spec, lv, writer, tick, run_tag=run_dir.name, t0_ns=t0,
-                                          round_base=round_base, workers_dir=run_dir, stop=stop, next_level=prober)
+                                          round_base=round_base, workers_dir=run_dir, stop=stop, next_level=prober,
+                                          watch=watch)
     if prober is not None:  # the levels the search chose, as a sweep's would be listed
         meta = load_json(run_dir / "meta.json")
         meta["levels"] = [x.level for x in lv]

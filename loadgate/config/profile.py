@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,9 +22,9 @@ from loadgate.config.contract import Contract
 from loadgate.config.knob import knob
 from loadgate.config.simconfig import SimConfig
 from loadgate.config.typed_yaml import json_schema, line_of_key, load_dataclass_file
-from loadgate.core import probes, ramps
+from loadgate.core import aborting, probes, ramps
 from loadgate.core.figures import ab_figures
-from loadgate.core.thresholds import ThresholdError, parse
+from loadgate.core.thresholds import Threshold, ThresholdError, parse
 from loadgate.engine.adapters import apis
 from loadgate.errors import ProfileError
 from loadgate.secrets import redact_headers
@@ -427,6 +428,51 @@ class Abort:
 
 
 @dataclass(frozen=True)
+class ThresholdSpec:
+    """A threshold written as a mapping (k6's form) beside the plain string: its text, and whether its
+    failing during a measured level aborts the run (`abort_on_fail`: judged on the requests the level
+    finished so far, after `delay_abort_eval`; docs/hardening.md)."""
+
+    threshold: str = field(metadata={"help": "the threshold, as its plain string form (e.g. \"p(99) < 500ms\")"})
+    abort_on_fail: bool = knob(False, "abort the level (exit 20, ABORTED) once this threshold fails on the "
+                               "requests finished so far")
+    delay_abort_eval: float | str | None = knob(
+        None, "with abort_on_fail: judge nothing before this long into the level (seconds, or e.g. '10s', "
+        "'500ms', '2m')", min=0.0)
+
+    @property
+    def delay_s(self) -> float:
+        """`delay_abort_eval` in seconds (0 when not given)."""
+        d = self.delay_abort_eval
+        if d is None:
+            return 0.0
+        if not isinstance(d, str):
+            return float(d)
+        m = _DELAY.fullmatch(d.strip())
+        if m is None:  # (a profile file's is refused when it loads: `check`)
+            raise ValueError(f"delay_abort_eval: expected seconds or a duration like '10s', got {d!r}")
+        return float(m.group(1)) * _DELAY_UNITS[m.group(2)]
+
+    def check(self) -> list[tuple[str, str]]:
+        d = self.delay_abort_eval
+        if isinstance(d, str) and _DELAY.fullmatch(d.strip()) is None:
+            return [("delay_abort_eval", f"expected seconds or a duration like '10s', '500ms' or '2m', got {d!r}")]
+        if d is not None and not self.abort_on_fail:
+            return [("delay_abort_eval", "holds the evaluation of abort_on_fail, which is not set: add "
+                     "abort_on_fail: true or remove it")]
+        return []
+
+
+_DELAY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m)")
+_DELAY_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0}
+
+
+def threshold_text(item: str | ThresholdSpec) -> str:
+    """A threshold's text, whichever form it was written in."""
+    return item if isinstance(item, str) else item.threshold
+
+
+@dataclass(frozen=True)
 class Search:
     """The SLO capacity search (docs/capacity.md): probes from `lo` up (doubling, capped at `hi`) until
     the profile's `thresholds` fail, then bisection between the last passing and the first failing
@@ -766,8 +812,9 @@ class Profile:
     exactness: Exactness | None = knob(None, "the exactness check (required by `loadgate run`; "
                                        "without it only `--unverified` measures)")
     ab: AB | None = knob(None, "compare against a baseline engine in interleaved runs")
-    thresholds: dict[str, tuple[str, ...]] = field(default_factory=dict, metadata={
-        "help": "k6-style thresholds per metric, e.g. ttft: ['p(99) < 800ms']; see loadgate/core/thresholds.py"})
+    thresholds: dict[str, tuple[str | ThresholdSpec, ...]] = field(default_factory=dict, metadata={
+        "help": "k6-style thresholds per metric, e.g. ttft: ['p(99) < 800ms'], or as mappings "
+                "{threshold: 'p(99) < 800ms', abort_on_fail: true}; see loadgate/core/thresholds.py"})
     slo: Slo = field(default_factory=Slo, metadata={"help": "service levels for goodput"})
     health: HealthBudgets = field(default_factory=HealthBudgets,
                                   metadata={"help": "client health budgets (run validity)"})
@@ -851,12 +898,17 @@ class Profile:
         if not is_folder_name(self.name):
             return [("name", f"becomes part of a run folder's name: expected no slashes, not . or .., not "
                      f"starting with '-', got {self.name!r}")]
-        for metric, texts in self.thresholds.items():
-            for k, text in enumerate(texts):
+        for metric, items in self.thresholds.items():
+            for k, item in enumerate(items):
+                key = f"thresholds.{metric}[{k}]" + ("" if isinstance(item, str) else ".threshold")
                 try:
-                    parse(metric, text)
+                    t = parse(metric, threshold_text(item))
                 except ThresholdError as e:
-                    return [(f"thresholds.{metric}[{k}]", e.reason)]
+                    return [(key, e.reason)]
+                if isinstance(item, ThresholdSpec) and item.abort_on_fail:
+                    why = aborting.refusal(t) or self._abort_refusal()
+                    if why is not None:
+                        return [(f"thresholds.{metric}[{k}].abort_on_fail", why)]
         problem = self._check_search() or self._check_ramp_requests() or self._check_slices()
         if problem:
             return problem
@@ -912,6 +964,24 @@ class Profile:
                      f"{length / MAX_SLICES:.3g} s")]
         return []
 
+    def _abort_refusal(self) -> str | None:
+        """Why this profile's runs cannot abort a level on a threshold (None: they can)."""
+        if self.ab is not None:
+            return "abort_on_fail in an A/B run is not built yet: measure each engine in its own run"
+        if self.load.search is not None:
+            return ("a search judges each probe at its end (a failing probe ends the bracket, not the run): "
+                    "abort_on_fail is not built for it yet")
+        return None
+
+    def threshold_texts(self) -> dict[str, tuple[str, ...]]:
+        """`thresholds` as their texts, whichever form each was written in."""
+        return {m: tuple(threshold_text(x) for x in items) for m, items in self.thresholds.items()}
+
+    def aborting_thresholds(self) -> list[tuple[Threshold, float]]:
+        """The thresholds with `abort_on_fail`, parsed, each with its `delay_abort_eval` in seconds."""
+        return [(parse(m, x.threshold), x.delay_s) for m, items in self.thresholds.items() for x in items
+                if isinstance(x, ThresholdSpec) and x.abort_on_fail]
+
     def _check_search(self) -> list[tuple[str, str]]:
         """A search needs thresholds to judge its probes, probes large enough for their strictest
         quantile, and a resolution they can resolve (the rules: loadgate/core/probes.py)."""
@@ -927,7 +997,7 @@ class Profile:
         if self.workload.sessions is not None:
             return [("load.search", "a search sends requests, not conversations: no workload.sessions")]
         n = self.workload.request_count
-        t = probes.strictest(parse(m, text) for m, texts in self.thresholds.items() for text in texts)
+        t = probes.strictest(parse(m, text) for m, texts in self.threshold_texts().items() for text in texts)
         assert t is not None
         q = probes.quantile_of(t)
         need = probes.requests_needed(q)

@@ -93,6 +93,11 @@ def _specs() -> dict[str, _MetricSpec]:
     return out
 
 
+def metric_is_distribution(metric: str) -> bool:
+    """Whether a threshold metric is a distribution (samples per request, chunk or token)."""
+    return _specs()[metric].distribution
+
+
 def metrics() -> tuple[str, ...]:
     """Every metric a threshold may name, from the figure registry."""
     return tuple(_specs())
@@ -326,8 +331,9 @@ def _unknown_metric(metric: str) -> str:
     return f"unknown metric {metric!r}{hint}"
 
 
-def parse_all(mapping: Mapping[str, Sequence[str]]) -> list[Threshold]:
-    """Parse a profile's `thresholds:` mapping, in order."""
+def parse_all(mapping: Mapping[str, Sequence[Any]]) -> list[Threshold]:
+    """Parse a profile's `thresholds:` mapping, in order. An item is a string, or the mapping form
+    as a run folder's profile keeps it ({"threshold": TEXT, "abort_on_fail": …})."""
     out: list[Threshold] = []
     for metric, texts in mapping.items():
         if metric not in _specs():
@@ -336,7 +342,8 @@ def parse_all(mapping: Mapping[str, Sequence[str]]) -> list[Threshold]:
         if isinstance(texts, str) or not isinstance(texts, Sequence):
             raise ThresholdError(f"thresholds {metric}: expected a list of strings like "
                                  f"[\"p(99) < 800ms\"], got {type(texts).__name__}")
-        for text in texts:
+        for item in texts:
+            text = item.get("threshold") if isinstance(item, Mapping) else item
             if not isinstance(text, str):
                 raise ThresholdError(f'threshold {metric} "{text}": expected a string like "p(99) < 800ms", '
                                      f"got {type(text).__name__}")

@@ -241,6 +241,44 @@ def read(path: Path) -> LogContents | None:
     return LogContents(meta, exchanges(), path, f)
 
 
+class Tail:
+    """A log another process is writing, read as it grows: `new` gives the whole exchanges appended
+    since its last call (a batch still being written waits for the next call); `meta` is the file's
+    own header once read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0  # where the first frame not read yet begins
+        self.meta: dict[str, Any] | None = None
+        self.file: BinaryIO | None = None
+
+    def new(self) -> list[Exchange]:
+        if self.file is None:
+            try:
+                self.file = open(self.path, "rb")  # noqa: SIM115 - kept open across calls, closed by `close`
+            except OSError:
+                return []
+        out: list[Exchange] = []
+        self.file.seek(self.offset)
+        for h, payload in _frames(self.file):
+            if self.meta is None:
+                if not isinstance(h, dict) or h.get("format") != FORMAT:
+                    break  # not an exchange log: nothing is read from it
+                self.meta = h
+            else:
+                try:
+                    out.append(_exchange(h, payload))
+                except (KeyError, TypeError, ValueError, IndexError):
+                    break  # a frame of another shape: read no further
+            self.offset = self.file.tell()
+        return out
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
 def log_path(run_dir: Path, run_tag: str, part: str) -> Path:
     """Where a phase's log goes in the run folder (`part`: the writer's, so workers keep apart)."""
     return run_dir / "exchanges" / f"{run_tag}-{part.lstrip('.')}.lgx"

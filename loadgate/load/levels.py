@@ -10,10 +10,12 @@ token and writes meta.json, then hands the levels to `run_levels` and writes wha
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from time import perf_counter_ns
+from typing import TYPE_CHECKING, Any
 
 from loadgate.analysis.search import probe_load
 from loadgate.config.profile import Profile
@@ -29,6 +31,9 @@ from loadgate.net.http import empty_prefix_cache
 from loadgate.net.scrape import GaugeSampler, scrape
 from loadgate.records import RecordWriter
 from loadgate.snapshot import Snapshot, snapshot_to_json
+
+if TYPE_CHECKING:
+    from loadgate.load.abort_watch import AbortWatch
 
 Tick = Callable[[int], None]
 # after each level: (the level, its server.json entry, its health) -> the next level, None to end
@@ -80,11 +85,13 @@ def _snapshot(s: Snapshot | None) -> Any:
 async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],
                      writer: RecordWriter, tick: Tick, *, run_tag: str, t0_ns: int, round_base: int,
                      workers_dir: Path, stop: StopFlag, next_level: NextLevel | None = None,
-                     ) -> tuple[dict[str, ServerLevel], dict[str, list[HealthPhase]]]:
+                     watch: AbortWatch | None = None) -> tuple[dict[str, ServerLevel], dict[str, list[HealthPhase]]]:
     """Run every level (see the module docstring); (server.json's, health.json's) contents, keyed by
     level. Level k sends the prompts of round `round_base + k` (`workload.cache: fresh`; see
     load.plan). A stop between levels (or phases) ends the loop with what was measured. `next_level`,
-    when given, is asked after each level for the level to append to `level_list` (a search's probes)."""
+    when given, is asked after each level for the level to append to `level_list` (a search's probes).
+    `watch`: the watcher of the thresholds with abort_on_fail (`loadgate.load.abort_watch`), told of each
+    measured phase."""
     profile = e.profile
     load = profile.load
     metrics_url = profile.metrics_url(e.base)
@@ -119,11 +126,18 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             sampler = GaugeSampler(e.session, metrics_url)
             if before is not None:
                 sampler.start()
+            poll = None
+            if watch is not None:  # the thresholds with abort_on_fail, judged as the phase's requests finish
+                watch.level(tag, perf_counter_ns())
+                poll = asyncio.create_task(watch.poll(stop, now=load.workers == 1))
             try:
                 health[str(level)] = [HealthPhase(**h) for h in await _phase(
                     plan, Phase(plan.measured_requests(), loop, tag, t0_ns, load.duration_s), writer, tick,
                     runner, stop)]
             finally:
+                if watch is not None and poll is not None:
+                    watch.end()
+                    poll.cancel()
                 gauges = await sampler.stop()
             if (why := read_abort(workers_dir)) is not None:  # a worker's breaker (or this process's) tripped
                 stop.abort(why, now=False)

@@ -30,7 +30,7 @@ class Prober:
         assert profile.load.search is not None
         self.profile, self.search, self.records, self.cpus = profile, profile.load.search, records, cpus
         self.profile_json = profile.to_json()
-        self.thresholds = parse_all({k: list(v) for k, v in profile.thresholds.items()})
+        self.thresholds = parse_all(profile.threshold_texts())
         self.probes: list[Probe] = []
 
     def __call__(self, loop: LoadLevel, server: ServerLevel, health: list[HealthPhase]) -> LoadLevel | None:

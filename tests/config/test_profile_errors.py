@@ -55,6 +55,42 @@ CASES: dict[str, Case] = {
     "bad_item_in_concurrency_sweep": Case(
         "load:\n  concurrency:\n    - 1\n    - 0\n", 4, "load.concurrency[1]",
         "expected an integer >= 1, got 0"),
+    "threshold_mapping_with_an_unknown_key": Case(
+        "thresholds:\n  ttft:\n    - {threshold: \"p(99) < 1s\", abortOnFail: true}\n", 3,
+        "thresholds.ttft[0].abortOnFail", "unknown key 'abortOnFail' (did you mean 'abort_on_fail'?)"),
+    "threshold_mapping_without_its_threshold": Case(
+        "thresholds:\n  ttft:\n    - \"p(99) < 1s\"\n    - {abort_on_fail: true}\n", 4,
+        "thresholds.ttft[1]", "missing required key 'threshold'"),
+    "abort_on_fail_not_a_bool": Case(
+        "thresholds:\n  ttft: [{threshold: \"p(99) < 1s\", abort_on_fail: \"yes\"}]\n", 2,
+        "thresholds.ttft[0].abort_on_fail", "expected true or false, got 'yes'"),
+    "delay_abort_eval_not_a_duration": Case(
+        "thresholds:\n  ttft: [{threshold: \"p(99) < 1s\", abort_on_fail: true, delay_abort_eval: 10 parsecs}]\n",
+        2, "thresholds.ttft[0].delay_abort_eval",
+        "expected seconds or a duration like '10s', '500ms' or '2m', got '10 parsecs'"),
+    "delay_abort_eval_negative": Case(
+        "thresholds:\n  ttft: [{threshold: \"p(99) < 1s\", abort_on_fail: true, delay_abort_eval: -3}]\n",
+        2, "thresholds.ttft[0].delay_abort_eval", "expected a number >= 0 or a string, got -3"),
+    "delay_abort_eval_without_abort_on_fail": Case(
+        "thresholds:\n  ttft: [{threshold: \"p(99) < 1s\", delay_abort_eval: 10s}]\n", 2,
+        "thresholds.ttft[0].delay_abort_eval", "holds the evaluation of abort_on_fail, which is not set"),
+    "threshold_mapping_with_a_bad_threshold": Case(
+        "thresholds:\n  ttft: [{threshold: \"p(99) < 1xs\", abort_on_fail: true}]\n", 2,
+        "thresholds.ttft[0].threshold", "unknown unit 'xs' (expected us, ms or s)"),
+    "abort_on_fail_against_baseline": Case(
+        "thresholds:\n  ttft: [{threshold: \"p(99) < baseline * 1.1\", abort_on_fail: true}]\n", 2,
+        "thresholds.ttft[0].abort_on_fail", "a threshold against baseline cannot abort a level"),
+    "abort_on_fail_on_a_whole_level_figure": Case(
+        "thresholds:\n  output_throughput: [{threshold: \"> 100 tok/s\", abort_on_fail: true}]\n", 2,
+        "thresholds.output_throughput[0].abort_on_fail",
+        "output_throughput is a figure of the whole level, not of the requests finished so far"),
+    "abort_on_fail_in_a_search": Case(
+        "load:\n  search: {over: concurrency, lo: 1, hi: 8, resolution: 0.5}\n"
+        "thresholds:\n  ttft: [{threshold: \"p(50) < 1s\", abort_on_fail: true}]\n", 4,
+        "thresholds.ttft[0].abort_on_fail", "abort_on_fail is not built for it yet"),
+    "abort_on_fail_in_an_ab_run": Case(
+        "ab:\n  baseline: {endpoint: embedded}\nthresholds:\n  ttft: [{threshold: \"p(50) < 1s\", abort_on_fail: true}]\n",
+        4, "thresholds.ttft[0].abort_on_fail", "abort_on_fail in an A/B run is not built yet"),
     "search_without_thresholds": Case(
         "load:\n  search: {over: rate, lo: 1, hi: 8, resolution: 0.1}\n", 2, "load.search",
         "a search judges each probe on the profile's thresholds: add some"),

@@ -319,3 +319,21 @@ def test_a_syntax_error_reads_as_pyyaml_words_it(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ProfileError) as slow:
         parse_yaml(bad, file="p.yaml")
     assert str(fast.value) == str(slow.value) and "line 3" in str(fast.value)
+
+
+def test_thresholds_take_the_mapping_form_beside_strings_and_the_schema_agrees(
+        tmp_path: Path, schema: dict[str, Any]) -> None:
+    text = ('thresholds:\n  ttft: ["p(99) < 1s", {threshold: "p(50) < 500ms", abort_on_fail: true, '
+            'delay_abort_eval: 500ms}]\n  e2e: [{threshold: "p(90) < 2s", abort_on_fail: true, delay_abort_eval: 2m}]\n'
+            '  errors: [{threshold: "rate < 5%", abort_on_fail: true, delay_abort_eval: 3}, '
+            '{threshold: "count < 10"}]\n')
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    jsonschema.validate(yaml.safe_load(text), schema)
+    p = load_profile(path)
+    assert p.threshold_texts() == {"ttft": ("p(99) < 1s", "p(50) < 500ms"), "e2e": ("p(90) < 2s",),
+                                   "errors": ("rate < 5%", "count < 10")}
+    assert [(t.metric, t.text, delay) for t, delay in p.aborting_thresholds()] == [
+        ("ttft", "p(50) < 500ms", 0.5), ("e2e", "p(90) < 2s", 120.0), ("errors", "rate < 5%", 3.0)]
+    with pytest.raises(jsonschema.ValidationError):  # the schema knows the mapping's keys too
+        jsonschema.validate({"thresholds": {"ttft": [{"threshold": "p(50) < 1s", "abortOnFail": True}]}}, schema)

@@ -103,3 +103,28 @@ def test_logs_from_elsewhere_are_skipped_by_recover_not_a_traceback(tmp_path):
     good.close()
     records, read = recover(tmp_path)
     assert [r.i for r in records] == [7] and read == [logs / "c.lgx"]
+
+
+def test_a_tail_reads_a_growing_log_frame_by_frame_and_waits_for_a_cut_one(tmp_path):
+    """The abort watcher reads a phase's log while the phase writes it: each call gives the whole
+    exchanges appended since the last; a frame still being written is given once it is whole."""
+    from loadgate.load.exchanges import Tail
+
+    path = tmp_path / "t.lgx"
+    tail = Tail(path)
+    assert tail.new() == [] and tail.meta is None  # no log yet
+    log = ExchangeLog(path, {"api": "openai-completions"}, batch_bytes=1)  # a batch per exchange
+    log.add(Exchange(0, False, 8, 2, 0, 4, 0, None, _aiohttp_raw()))
+    log.add(Exchange(1, False, 8, 2, 0, 4, 0, None, _aiohttp_raw()))
+    assert [x.i for x in tail.new()] == [0, 1] and tail.meta is not None and tail.meta["api"] == "openai-completions"
+    assert tail.new() == []
+    frame = encode(Exchange(2, False, 8, 2, 0, 4, 0, None, _aiohttp_raw()))
+    with open(path, "ab") as f:  # a batch half written
+        f.write(frame[:len(frame) // 2])
+    assert tail.new() == []
+    with open(path, "ab") as f:
+        f.write(frame[len(frame) // 2:])
+    (x,) = tail.new()
+    assert x.i == 2 and x.raw.reads == _aiohttp_raw().reads
+    log.close()
+    tail.close()
