@@ -425,3 +425,48 @@ def gpu_lines(gpu: dict[str, Any] | None) -> list[str]:
     if gpu.get("reader_cpu_s") is not None:
         out.append(f"GPU reader: {gpu['reader_cpu_s']:.2f} CPU s over the run (its own process)")
     return out
+
+
+def gpu_totals(gpu: dict[str, Any] | None) -> dict[str, float | None] | None:
+    """One side's GPU figures over a level's window, summed over the host's GPUs (None: no readings):
+    energy per output token, energy, mean power, the peak memory in use, and the peak GPU memory of
+    the processes it saw (summed per process, so one server holding a target and a draft counts both)."""
+    win = (gpu or {}).get("window")
+    if not win or not win.get("gpus"):
+        return None
+    gs = list(win["gpus"].values())
+
+    def total(values: list[float | None]) -> float | None:
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    return {"joules_per_output_token": win.get("joules_per_output_token"), "energy_j": win.get("energy_j"),
+            "power_w": total([(g["power_w"] or {}).get("mean") for g in gs]),
+            "mem_used_bytes": total([g["mem_used_bytes_max"] for g in gs]),
+            "process_mem_bytes": float(sum(sum(g["process_mem_bytes_max"].values()) for g in gs))
+            if any(g["process_mem_bytes_max"] for g in gs) else None}
+
+
+GPU_ROWS = (("joules_per_output_token", "energy per output token", "J", 1.0),
+            ("energy_j", "energy over the window", "J", 1.0), ("power_w", "power, mean", "W", 1.0),
+            ("mem_used_bytes", "GPU memory in use, peak", "GiB", 2.0 ** -30),
+            ("process_mem_bytes", "the processes' GPU memory, peak", "GiB", 2.0 ** -30))
+
+
+def gpu_comparison(base: dict[str, Any] | None, cand: dict[str, Any] | None) -> str | None:
+    """The GPU figures of two runs at one level side by side, with the candidate's ratio and, for
+    memory, the difference (a draft's cost where the candidate is the same server with a draft);
+    None where neither side read a GPU."""
+    a, b = gpu_totals(base), gpu_totals(cand)
+    if a is None and b is None:
+        return None
+    rows = []
+    for key, words, unit, scale in GPU_ROWS:
+        x, y = (a or {}).get(key), (b or {}).get(key)
+        if x is None and y is None:
+            continue
+        ratio = f"{y / x:.3f}x" if x and y is not None else "n/a"
+        diff = f"{(y - x) * scale:+.3f}" if x is not None and y is not None and unit == "GiB" else ""
+        rows.append([f"{words} ({unit})", "n/a" if x is None else f"{x * scale:.4g}",
+                     "n/a" if y is None else f"{y * scale:.4g}", ratio, diff])
+    return "GPU (this host's, over each side's window):\n" + tabulate(
+        rows, headers=["figure", "baseline", "candidate", "candidate/baseline", "difference"], disable_numparse=True)

@@ -27,7 +27,13 @@ from loadgate.records import Record, read_records
 from loadgate.report import compare_table as ct
 from loadgate.report.capacity import search_text
 from loadgate.report.exactness import report_text
-from loadgate.report.table import capacity_table, render_summary, summary_csv, summary_markdown
+from loadgate.report.table import (
+    capacity_table,
+    gpu_comparison,
+    render_summary,
+    summary_csv,
+    summary_markdown,
+)
 from loadgate.report.thresholds import render as render_thresholds
 from loadgate.report.thresholds import render_judged
 from loadgate.verdict import OUTCOME_WORDS, Judgement, judge
@@ -323,6 +329,9 @@ def render_compare(runs: list[Path], fmt: str) -> str:
             title = (f"{other.name} vs {ref.name} at level {lv} (one run each: intervals from resampling requests, "
                      "indicative only; use an `ab` profile for run-level statistics)")
             out.append(_render_comps(comps, fmt, 1, 1, title))
+            ga, gb = (read_summary(r).levels.get(lv) for r in (ref, other))
+            if fmt == "table" and (gpu := gpu_comparison(ga.gpu if ga else None, gb.gpu if gb else None)) is not None:
+                out.append(gpu)
     if not out and not docs:
         raise UsageError(f"no load level in common: {ref} has {', '.join(read_summary(ref).levels)}; "
                          f"compare runs measured at the same concurrency or rate")

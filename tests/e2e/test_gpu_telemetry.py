@@ -64,6 +64,24 @@ def test_a_runs_levels_carry_the_gpus_energy_over_their_window_and_joules_per_to
     assert "GPU 0 (Fake GPU" in out and "power 250 W (max 250 W)" in out and "GPU energy per output token" in out
 
 
+def test_compare_puts_two_runs_gpu_figures_side_by_side_with_the_memory_difference(sim, tmp_path, fake_nvml,
+                                                                                  monkeypatch, capsys):
+    """The same server twice, the second drawing 375 W with 3 GiB more in its process (a draft's cost,
+    as NVML reports memory per process): compare gives the ratio of power 1.5x and +3 GiB."""
+    base = loadgate.run(profile(sim.url, tmp_path / "a", "nvml"), unverified=True).run_dir
+    monkeypatch.setenv("FAKE_NVML_WATTS", "375")
+    monkeypatch.setenv("FAKE_NVML_PROC_GIB", "12")
+    cand = loadgate.run(profile(sim.url, tmp_path / "b", "nvml"), unverified=True).run_dir
+    capsys.readouterr()
+    assert main(["compare", str(base), str(cand)]) == 0
+    out = capsys.readouterr().out
+    assert "GPU (this host's, over each side's window):" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("power, mean (W)"))
+    assert row.split()[3:6] == ["250", "375", "1.500x"], row
+    mem = next(ln for ln in out.splitlines() if ln.startswith("the processes' GPU memory, peak (GiB)"))
+    assert mem.split()[-3:] == ["12", "1.333x", "+3.000"], mem
+
+
 def test_a_gpu_that_cannot_be_read_is_a_stated_absence_and_the_run_goes_on(sim, tmp_path, fake_nvml, monkeypatch,
                                                                            capsys):
     monkeypatch.setenv("FAKE_NVML_FAIL", "1")

@@ -1,13 +1,14 @@
 """A stand-in for nvidia-ml-py's `pynvml` with a known ground truth, put first on the GPU reader's
 PYTHONPATH by tests/e2e/test_gpu_telemetry.py: one GPU drawing exactly 250 W whose energy counter is
 250 W x the monotonic clock (so a window's energy is 250 J a second), 40 % busy, 10 GiB of 80 in use
-by one process. Not NVIDIA's library: only the calls loadgate makes, with their names and units
+by one process (FAKE_NVML_WATTS and FAKE_NVML_PROC_GIB change the draw and that memory). Not NVIDIA's library: only the calls loadgate makes, with their names and units
 (milliwatts, millijoules, bytes)."""
 
 import os
 import time
 
-WATTS = 250.0
+WATTS = float(os.environ.get("FAKE_NVML_WATTS", "250"))  # a second "server": another draw
+PROC_GIB = int(os.environ.get("FAKE_NVML_PROC_GIB", "9"))
 
 
 class NVMLError(Exception):
@@ -23,7 +24,7 @@ class _Mem:
 
 
 class _Proc:
-    pid, usedGpuMemory = 4242, 9 * 2**30
+    pid, usedGpuMemory = 4242, PROC_GIB * 2**30
 
 
 def nvmlInit():
