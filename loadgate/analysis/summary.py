@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from loadgate.analysis.conversations import cached_tokens, conversation_counts
+from loadgate.analysis.histograms import server_latency
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.metrics import throughput as throughput_over
 from loadgate.analysis.specdec import (
@@ -224,6 +225,8 @@ class LevelSummary:
     groups: dict[str, Any] | None = None  # figures by a record field (`group_figures`), e.g. {"category": ...}
     conversations: dict[str, Any] | None = None  # `conversation_counts` (v8)
     cached_tokens: dict[str, Any] | None = None  # `cached_tokens` of the level's requests (v8)
+    server_latency: dict[str, Any] | None = None  # `analysis.histograms.server_latency` (v9)
+    server_scrape: dict[str, Any] | None = None  # the scraper process's report of the window (v9)
 
     def to_json(self) -> dict[str, Any]:
         """The fields in order, `invalid` last (the order version 2 wrote)."""
@@ -240,7 +243,7 @@ class LevelSummary:
                    Acceptance(acc.get("per_request"), acc.get("counters"), acc.get("reconciliation")),
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
                    ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"),
-                   d.get("conversations"), d.get("cached_tokens"))
+                   d.get("conversations"), d.get("cached_tokens"), d.get("server_latency"), d.get("server_scrape"))
 
 
 GROUP_FIELDS = ("category", "turn")
@@ -304,7 +307,7 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
     tc = token_check(records, profile["workload"]["token_mismatch_limit"], natural(request_settings(profile)))
     per_request = from_records(records)
     acceptance = Acceptance(per_request)
-    contaminated = gauges = cached = None
+    contaminated = gauges = cached = latency = None
     invalid: list[str] = []
     if server is not None and server.before is not None and server.after is not None:
         before, after = snapshot_from_json(server.before), snapshot_from_json(server.after)
@@ -313,6 +316,7 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
         acceptance = Acceptance(per_request, counters, reconcile(per_request, counters))
         contaminated = contamination(before, after, records, family)
         cached = prefix_cache(before, after, family)
+        latency = server_latency(before, after, family)
         gauges = None if server.gauges is None else {
             k: None if g is None else g.to_json() for k, g in server.gauges.items()}
         if contaminated and not contaminated["clean"]:
@@ -341,7 +345,8 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
     return LevelSummary(s["requests"], s["succeeded"], s["failed"], s["errors"], s["metrics"], throughput, tc,
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
                         sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups,
-                        conversation_counts(records), cached_tokens(records))
+                        conversation_counts(records), cached_tokens(records), latency,
+                        server.scrape if server is not None and isinstance(server.scrape, dict) else None)
 
 
 def merge_health(parts: list[HealthPhase], schedule: dict[str, float | None] | None = None) -> ClientHealth:
@@ -381,6 +386,12 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
 
 SUMMARY_VERSION = 9
 """9: capacity planning (issue 30). Version 8 files read the same, the new fields null.
+Each level's `server_latency`: the engine's own TTFT, inter-token, end-to-end and queue-time
+histograms over the window (`analysis.histograms`: bucket deltas, linear interpolation) as
+p50/p90/p99 in ms, each with its bucket [lo_ms, hi_ms], the histogram's name, count and edges (null
+without such histograms). Each level's `server_scrape`: the scraper process's report of the window
+(`net.scraper`: scrapes, its own CPU seconds, the interval, warnings for a metrics URL that did not
+answer or was not Prometheus text and for the series reaching its cap; null before it existed).
 8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the
 trace's own prefix sharing: ratio, shared_tokens, prompt_tokens, block; `loadgate.load.workload.trace`),

@@ -1,6 +1,8 @@
 """The performance phase's load levels, one after another: for each level (a concurrency of a
 closed loop, or the rate of an open loop), empty the prefix cache when asked, run the warmup, scrape
-the server's counters, run the measured requests while its gauges are sampled, and scrape again.
+the server's counters, run the measured requests while the scraper process (`loadgate.net.scraper`,
+started once for all the levels) keeps the server's metrics as a series in the run folder and
+samples its gauges, and scrape again.
 
 `loadgate.runs.measure` opens the run folder's record writer and the progress bar, admits the gate's
 token and writes meta.json, then hands the levels to `run_levels` and writes what it returns
@@ -24,7 +26,8 @@ from loadgate.load.target import LiveTarget, TargetSpec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
 from loadgate.net.connect import Engine
 from loadgate.net.http import empty_prefix_cache
-from loadgate.net.scrape import GaugeSampler, scrape
+from loadgate.net.scrape import scrape
+from loadgate.net.scraper import EngineAccess, Scraper, sources_for
 from loadgate.records import RecordWriter
 from loadgate.snapshot import Snapshot, snapshot_to_json
 
@@ -84,10 +87,27 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
     load.plan). A stop between levels (or phases) ends the loop with what was measured. `next_level`,
     when given, is asked after each level for the level to append to `level_list` (a search's probes)."""
     profile = e.profile
-    load = profile.load
     metrics_url = profile.metrics_url(e.base)
     server: dict[str, ServerLevel] = {}
     health: dict[str, list[HealthPhase]] = {}
+    scraper = Scraper(sources_for(metrics_url, profile.target.extra_metrics_urls), workers_dir,
+                      profile.target.metrics_interval_s, profile.target.metrics_series_max_mb,
+                      EngineAccess(dict(spec.headers), spec.tls))
+    try:
+        await _levels(e, plan, pool, spec, level_list, writer, tick, run_tag, t0_ns, round_base, workers_dir, stop,
+                      next_level, scraper, server, health)
+    finally:
+        scraper.stop()
+    return server, health
+
+
+async def _levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],
+                  writer: RecordWriter, tick: Tick, run_tag: str, t0_ns: int, round_base: int, workers_dir: Path,
+                  stop: StopFlag, next_level: NextLevel | None, scraper: Scraper, server: dict[str, ServerLevel],
+                  health: dict[str, list[HealthPhase]]) -> None:
+    profile = e.profile
+    load = profile.load
+    metrics_url = profile.metrics_url(e.base)
     index = 0
     while index < len(level_list):
         loop = level_list[index]
@@ -111,21 +131,20 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             if stop.is_set():
                 break
             before = await scrape(e.session, metrics_url)
-            sampler = GaugeSampler(e.session, metrics_url)
-            if before is not None:
-                sampler.start()
+            scraper.begin(level)
             try:
                 health[str(level)] = [HealthPhase(**h) for h in await _phase(
                     plan, Phase(plan.measured_requests(), loop, tag, t0_ns, load.duration_s), writer, tick,
                     runner, stop)]
             finally:
-                gauges = await sampler.stop()
+                scraped = scraper.end(level)
+            gauges = scraped.pop("gauges") or {}
             if (why := read_abort(workers_dir)) is not None:  # a worker's breaker (or this process's) tripped
                 stop.abort(why, now=False)
             after = await scrape(e.session, metrics_url)
             server[str(level)] = ServerLevel(  # prefix_cache_reset: the route that emptied the cache (None: not asked)
                 before=_snapshot(before), after=_snapshot(after), prefix_cache_reset=reset,
-                gauges={k: None if v is None else GaugeStats(**v) for k, v in gauges.items()})
+                gauges={k: None if v is None else GaugeStats(**v) for k, v in gauges.items()}, scrape=scraped)
         finally:
             if isinstance(runner, WorkerGroup):
                 runner.close()
@@ -136,4 +155,3 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             following = next_level(loop, server[str(level)], health[str(level)])
             if following is not None:
                 level_list.append(following)
-    return server, health

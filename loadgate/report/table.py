@@ -10,6 +10,7 @@ from tabulate import tabulate
 from loadgate.analysis.summary import GROUP_FIELDS, Acceptance, LevelSummary, Summary, TokenCounts
 from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.records import Damage
+from loadgate.report.server import server_lines
 
 COLUMNS = ("p50", "p90", "p99")
 
@@ -238,6 +239,7 @@ def render_summary(summary: Summary) -> str:
                  f"{k} {fmt(v['min'], 1)}/{fmt(v['mean'], 1)}/{fmt(v['max'], 1)}" for k, v in gauges.items() if v]
         if parts:
             out.append("server (min/mean/max): " + " · ".join(parts))
+        out += server_lines(s)
         h = s.client_health
         if h.loop_lag_ms["p99"] is not None:
             cpu = h.client_cpu_fraction

@@ -31,7 +31,7 @@ ADDED: tuple[str, ...] = (
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
     r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
-    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "request": \{', r'      "groups": null,', r'      "conversations": null,', r'      "cached_tokens": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "request": \{', r'      "groups": null,', r'      "conversations": null,', r'      "cached_tokens": null,', r'      "server_latency": null,', r'      "server_scrape": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
 )
 
 
