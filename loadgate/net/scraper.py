@@ -99,7 +99,6 @@ class _Window:
     gauges: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in GAUGE_KEYS})
     scrapes: int = 0
     failures: dict[tuple[str, str], int] = field(default_factory=dict)
-    capped_at: int | None = None
 
 
 def _gauges(snap: Snapshot, into: dict[str, list[float]]) -> None:
@@ -127,6 +126,7 @@ class _Child:
         self.level = ""
         self.done = asyncio.Event()
         self.cpu0 = _cpu_s()
+        self.cap_told = False  # the cap's warning goes to the first window that ends after it
 
     def _message(self) -> None:
         try:
@@ -150,9 +150,10 @@ class _Child:
         w = self.window or _Window(_cpu_s())
         warnings = [f"metrics {kind}: {url} {WHY_WORDS[kind]} in {n} scrape(s) of this level"
                     for (url, kind), n in w.failures.items()]
-        if w.capped_at is not None:
+        if self.writer.capped is not None and not self.cap_told:
+            self.cap_told = True
             warnings.append(f"metrics series capped: {SERIES_FILE} reached target.metrics_series_max_mb "
-                            f"({w.capped_at / 2**20:.1f} MiB); the series was not kept from then on")
+                            f"({self.writer.capped / 2**20:.3g} MiB); the series was not kept from then on")
         return {"scrapes": w.scrapes, "cpu_s": round(_cpu_s() - w.cpu0, 4), "interval_s": self.interval_s,
                 "gauges": {k: ({"samples": len(v), "min": min(v), "mean": sum(v) / len(v), "max": max(v)}
                                if v else None) for k, v in w.gauges.items()},
@@ -168,14 +169,11 @@ class _Child:
                 key = (src.url, e.why)
                 self.window.failures[key] = self.window.failures.get(key, 0) + 1
             return
-        was_capped = self.writer.capped is not None
         self.writer.scrape(t, src.name, snap)
         if self.window is not None:
             self.window.scrapes += 1
             if src.name == ENGINE_SOURCE:
                 _gauges(snap, self.window.gauges)
-            if self.writer.capped is not None and not was_capped:
-                self.window.capped_at = self.writer.capped
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
