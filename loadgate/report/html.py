@@ -16,9 +16,11 @@ from typing import Any
 
 from loadgate.analysis.summary import GROUP_FIELDS, LevelSummary, Summary, build_summary
 from loadgate.core.figures import ADJUSTED, figure, table_rows
+from loadgate.core.series import SERIES_FILE, read_series
+from loadgate.engine.adapters import family_for
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
-from loadgate.report import plots
+from loadgate.report import plots, timeline
 from loadgate.report.table import conversation_lines, fmt, trace_line
 
 _CSS = """
@@ -44,6 +46,10 @@ _CAPTIONS = {
     "tokens_per_chunk": "Tokens carried by each content chunk, as a fraction of the chunks (speculative "
                         "decoding or batching of the stream puts several tokens in one chunk).",
     "sweep": "Output token throughput and p99 latencies against the load level.",
+    "server_timeline": "The engine's own metrics over the run (scraped every target.metrics_interval_s into "
+                       "server-metrics.jsonl.gz): queue depth, running requests, KV-cache use, preemptions and "
+                       "prefix-cache hits per second, beside the output tokens per second the client received; "
+                       "the levels' measured windows shaded.",
 }
 
 
@@ -178,6 +184,15 @@ def _make_plots(series: Mapping[str, Sequence[Record]],
     return made
 
 
+def _timeline(run_dir: Path, meta: dict[str, Any], groups: Mapping[str, Sequence[Record]]) -> Path:
+    s = read_series(run_dir / SERIES_FILE)
+    last = next((snap for _, snap in reversed(s.of("server"))), None)
+    family = family_for(meta.get("api"), last)
+    records = [r for recs in groups.values() for r in recs]
+    return timeline.server_timeline(timeline.server_panels(s, records, int(meta["t0_ns"]), family),
+                                    timeline.windows(s, int(meta["t0_ns"])), run_dir / "plots" / "server_timeline.png")
+
+
 def streamed(summary: Summary) -> bool:
     """Whether the run's responses were streamed (summaries before v7 say nothing: they were, or had chunks)."""
     return bool((summary.request or {}).get("stream", True))
@@ -213,6 +228,8 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
     series = {_level_label(load, lv): recs for lv, recs in groups.items()}
     made = _make_plots(series, {"": _sweep_pairs(summary)}, (meta.get("profile") or {}).get("slo"), _axis_label(load),
                        run_dir / "plots", streamed(summary))
+    if (run_dir / SERIES_FILE).exists():
+        made.append(("server_timeline", _timeline(run_dir, meta, groups)))
     status = ('<span class="good">valid</span>' if summary.valid else '<span class="bad">INVALID</span>')
     if summary.tls_insecure:
         status += ' · <span class="bad">TLS certificate not checked (target.tls.insecure)</span>'

@@ -318,6 +318,7 @@ class Family:
     successes: str | None = None  # finished requests counter (label `finished_reason`)
     spec: SpecCounters | None = None
     prefix_cache: tuple[str, str] | None = None  # (hits, queries) counters, in prompt tokens
+    preemptions: str | None = None  # counter of requests the engine preempted (plotted over time)
     # the engine's own latency histograms (seconds), by the client figure each stands beside
     # (`LATENCY_KEYS`: ttft, itl, e2e, queue); first one served is read
     latency_histograms: dict[str, tuple[str, ...]] = field(default_factory=dict)
