@@ -19,8 +19,10 @@ telemetry read from NVML, say) joins the series by being one more source in the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import resource
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -95,7 +97,10 @@ def _cpu_s() -> float:
 
 @dataclass
 class _Window:
+    """One level's measured window: the scrapes that began inside it and ended before it did."""
+
     cpu0: float
+    begin_ns: int = 0
     gauges: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in GAUGE_KEYS})
     scrapes: int = 0
     failures: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -137,7 +142,7 @@ class _Child:
         now = perf_counter_ns()
         if msg[0] == "begin":
             self.level = str(msg[1])
-            self.window = _Window(_cpu_s())
+            self.window = _Window(_cpu_s(), now)
             self.writer.mark(now, "begin", self.level)
         elif msg[0] == "end":
             self.writer.mark(now, "end", str(msg[1]))
@@ -165,12 +170,12 @@ class _Child:
             snap = await src.sample(session)
         except SourceFailure as e:
             self.writer.failure(t, src.name, e.why)
-            if self.window is not None:
+            if self.window is not None and t >= self.window.begin_ns:
                 key = (src.url, e.why)
                 self.window.failures[key] = self.window.failures.get(key, 0) + 1
             return
         self.writer.scrape(t, src.name, snap)
-        if self.window is not None:
+        if self.window is not None and t >= self.window.begin_ns:
             self.window.scrapes += 1
             if src.name == ENGINE_SOURCE:
                 _gauges(snap, self.window.gauges)
@@ -197,7 +202,14 @@ class _Child:
 
 def _main(conn: Connection, sources: list[Source], path: Path, interval_s: float, max_bytes: int,
           access: EngineAccess) -> None:
-    asyncio.run(_Child(conn, sources, path, interval_s, max_bytes, access).run())
+    # the parent handles signals and stops this process (or kills it): a Ctrl-C reaching the whole
+    # process group must not end the series before the parent's last window does
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        asyncio.run(_Child(conn, sources, path, interval_s, max_bytes, access).run())
+    except Exception as e:  # told to the parent, which warns (this process prints nothing)
+        with contextlib.suppress(OSError):
+            conn.send(("failed", f"{type(e).__name__}: {e}"))
 
 
 class Scraper:
@@ -211,41 +223,48 @@ class Scraper:
         self.proc = ctx.Process(target=_main, args=(child, sources, self.path, interval_s, int(max_mb * 2**20),
                                                     access or EngineAccess()),
                                 daemon=True, name="loadgate-scraper")
+        self.failed: str | None = None  # why the process ended early, as it said
         self.proc.start()
         child.close()
         # it is running before the first window begins (a spawn on a busy machine takes seconds); one
         # that never says so gives each level the warning of `end`
         self.ready = self._answer(ANSWER_TIMEOUT_S * 4) is True
 
-
     def _answer(self, timeout_s: float = ANSWER_TIMEOUT_S) -> Any:
-        if self.proc.is_alive() and self.conn.poll(timeout_s):
-            try:
-                return self.conn.recv()[1]
-            except EOFError:
+        """The process's next answer; None when it gave none (its failure is kept in `failed`)."""
+        try:
+            if not self.conn.poll(timeout_s if self.proc.is_alive() else 0):
                 return None
-        return None
+            kind, got = self.conn.recv()
+        except (EOFError, OSError):  # it ended (with what was sent to it unread: a reset)
+            return None
+        if kind == "failed":
+            self.failed = str(got)
+            return None
+        return got
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        if self.proc.is_alive():
+            with contextlib.suppress(OSError):  # it ended meanwhile: the answer's absence says so
+                self.conn.send(msg)
 
     def begin(self, level: int | float) -> None:
-        if self.proc.is_alive():
-            self.conn.send(("begin", level))
+        self._send(("begin", level))
 
     def end(self, level: int | float) -> dict[str, Any]:
         """The window's report; one warning and nothing else when the process did not answer."""
-        if self.proc.is_alive():
-            self.conn.send(("end", level))
+        self._send(("end", level))
         got = self._answer()
         if got is None:
+            why = f" ({self.failed})" if self.failed else ""
             return {"scrapes": 0, "cpu_s": None, "interval_s": None, "gauges": None,
-                    "warnings": ["metrics scraper: its process did not answer; no series or gauges for this level"]}
+                    "warnings": [f"metrics scraper: its process did not answer{why}; no series or gauges for this level"]}
         return dict(got)
 
     def stop(self) -> dict[str, Any] | None:
         """End the process; the file's size and its CPU seconds (None when it did not answer)."""
-        got = None
-        if self.proc.is_alive():
-            self.conn.send(("stop",))
-            got = self._answer()
+        self._send(("stop",))
+        got = self._answer()
         self.proc.join(5)
         if self.proc.is_alive():
             self.proc.kill()
