@@ -21,6 +21,7 @@ from loadgate.engine.adapters import family_for
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
 from loadgate.report import plots, timeline
+from loadgate.report.server import latency_table_html, server_lines
 from loadgate.report.table import conversation_lines, fmt, trace_line
 
 _CSS = """
@@ -116,6 +117,7 @@ def _level_facts(s: LevelSummary, trace: dict[str, Any] | None = None) -> str:
         items.insert(0, escape(trace_line(trace)) + (f"; the server's prefix-cache hit rate {hits:.1%}"
                                                      if hits is not None else ""))
     items += [escape(line) for line in conversation_lines(s)]
+    items += [escape(line) for line in server_lines(s, [])]
     for msg in s.invalid:
         items.append(f'<span class="bad">INVALID: {escape(msg)}</span>')
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
@@ -206,7 +208,7 @@ def _page(title: str, body: str) -> str:
 def _tables(summary: Summary, *, side_by_side: bool = False) -> str:
     """Each level's facts and metric table; levels side by side (wrapping) when asked."""
     load = summary.load
-    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s, summary.trace)}{level_table_html(s)}{''.join(group_table_html(s, f) for f in GROUP_FIELDS)}</div>"
+    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s, summary.trace)}{level_table_html(s)}{latency_table_html(s)}{''.join(group_table_html(s, f) for f in GROUP_FIELDS)}</div>"
               for lv, s in summary.levels.items()]
     return f'<div class="cols">{"".join(blocks)}</div>' if side_by_side else "".join(blocks)
 

@@ -237,9 +237,7 @@ def render_summary(summary: Summary) -> str:
         gauges = s.server_gauges or {}
         parts = [f"KV cache {v['min']:.2%}/{v['mean']:.2%}/{v['max']:.2%}" if k == "kv_cache_usage" else
                  f"{k} {fmt(v['min'], 1)}/{fmt(v['mean'], 1)}/{fmt(v['max'], 1)}" for k, v in gauges.items() if v]
-        if parts:
-            out.append("server (min/mean/max): " + " · ".join(parts))
-        out += server_lines(s)
+        out += server_lines(s, parts)
         h = s.client_health
         if h.loop_lag_ms["p99"] is not None:
             cpu = h.client_cpu_fraction

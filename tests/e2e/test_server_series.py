@@ -13,6 +13,7 @@ from loadgate.config.simconfig import SimConfig
 from loadgate.core.series import SERIES_FILE, read_series
 from loadgate.errors import Exit
 from loadgate.jsonutil import load_json
+from loadgate.report.html import write_html
 from loadgate.report.table import render_summary
 from loadgate.sim.process import SimProcess
 from tests.simtruth import profile_for, run
@@ -67,7 +68,8 @@ def test_the_series_is_kept_on_the_records_clock_and_bad_extra_targets_are_named
         assert running is not None and 1 <= running["max"] <= int(lv)
     text = render_summary(summary)
     assert f"warning: metrics unreachable: {dead} did not answer" in text
-    assert "s of CPU in its own process" in text
+    sc2 = summary.levels["2"].server_scrape
+    assert f"scrapes 0.1 s apart; the scraper's own CPU {sc2['cpu_s']:.3f} s): KV cache" in text
 
 
 # Every engine step takes 110 ms. A closed loop's next request arrives just after a step began, waits
@@ -93,7 +95,10 @@ def test_the_server_ttft_p50_lies_below_the_clients_and_within_its_bucket_plus_2
     assert set(ls.server_latency) == {"ttft", "itl", "e2e", "queue"}
     assert ls.server_latency["e2e"]["count"] == 24
     text = render_summary(build_summary(run_dir))
-    assert "server (vllm:time_to_first_token_seconds)" in text and f"[{p50['lo_ms']:g}, {p50['hi_ms']:g}]" in text
+    assert f"server's own latency (its histograms, ms, each percentile in its bucket [lo, hi]): ttft p50 " \
+           f"{p50['ms']:,.2f} [100, 250], p90 " in text
+    html = write_html(run_dir).read_text()
+    assert "<td>server (vllm:time_to_first_token_seconds)</td>" in html and f"{p50['ms']:,.2f} [100, 250]" in html
 
 
 def test_a_tiny_series_cap_stops_the_series_with_a_warning_and_the_run_passes(tmp_path):
