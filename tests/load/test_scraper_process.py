@@ -55,3 +55,45 @@ def test_a_scraper_that_cannot_start_says_why_in_each_windows_warning(tmp_path):
     assert warning.startswith("metrics scraper: its process did not answer (FileNotFoundError: ")
     assert "no-such-folder" in warning and warning.endswith("; no series or gauges for this level")
     assert scraper.stop() is None
+
+
+def test_the_engines_headers_go_to_its_metrics_only_never_to_an_extra_target(tmp_path):
+    """An API key the engine needs reaches its /metrics; an exporter (another host, perhaps) gets none."""
+    import asyncio
+
+    from aiohttp import web
+
+    from loadgate.net.connect import run_async
+    from loadgate.net.scraper import EngineAccess
+    from tests.fixtures_path import fixture_file
+
+    page = fixture_file("llama-server", "metrics_after.txt").read_bytes()
+    seen: dict[str, set[str | None]] = {"/metrics": set(), "/exporter": set()}
+
+    async def metrics(request: web.Request) -> web.Response:
+        seen[request.path].add(request.headers.get("Authorization"))
+        return web.Response(body=page, content_type="text/plain")
+
+    async def go() -> dict:
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/exporter", metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        try:
+            scraper = Scraper(sources_for(base + "/metrics", (base + "/exporter",)), tmp_path, 0.05, 64,
+                              EngineAccess({"Authorization": "Bearer s3cret"}))
+            scraper.begin(1)
+            await asyncio.sleep(0.5)  # this loop serves the scrapes meanwhile
+            got = scraper.end(1)
+            scraper.stop()
+            return got
+        finally:
+            await runner.cleanup()
+
+    report = run_async(go())
+    assert seen == {"/metrics": {"Bearer s3cret"}, "/exporter": {None}}
+    assert report["warnings"] == [] and report["gauges"]["running"] is not None
