@@ -753,38 +753,3 @@ def test_vllm_capacity_search_over_concurrency_1_to_16_ends_at_the_knee_of_its_t
     assert first_fail - answer == 1 or (first_fail - answer) / answer <= 0.25, loads
     assert {t["level"] for t in got["verdict"]["thresholds"]} == {str(answer)}, got["verdict"]
     assert took <= 240, took
-
-
-SERIES_MIB_PER_HOUR = 16  # the bound docs/measurement.md states for vLLM's /metrics kept every 0.5 s
-
-
-def test_vllm_metrics_series_its_size_server_ttft_beside_the_clients_and_the_scrapes_cpu(servers, tmp_path, engine_logs):
-    """Issue 31's done-when line against the real vLLM: the series of its /metrics is in the run
-    folder within the size per hour docs/measurement.md states; the server's TTFT p50 (from
-    `vllm:time_to_first_token_seconds`, interpolated in its bucket) ≤ loadgate's TTFT p50 ≤ the
-    bucket's upper edge + 20 ms; the scraper's CPU is reported."""
-    from loadgate.core.series import SERIES_FILE, read_series
-
-    srv = servers.get("plain")
-    got = _body_run(srv, tmp_path, "series", load={"concurrency": 4, "warmup_requests": 4},
-                    workload={"requests": 48, "input_len": {"dist": "fixed", "value": 64},
-                              "output_len": {"dist": "fixed", "value": 32}})
-    assert got["code"] == 11, got["verdict"]  # unverified, valid
-    run = tmp_path / "out" / "series"
-    level = got["summary"]["levels"]["4"]
-    series = read_series(run / SERIES_FILE)
-    scrapes = series.of("server")
-    span_h = (scrapes[-1][0] - scrapes[0][0]) / 3.6e12
-    size = (run / SERIES_FILE).stat().st_size
-    per_hour = size / 2**20 / span_h
-    server = level["server_latency"]["ttft"]
-    p50, client = server["p50"], level["metrics"]["ttft"]["p50"]
-    sc = level["server_scrape"]
-    note(engine_logs, test="metrics_series", bytes=size, scrapes=len(scrapes), span_s=round(span_h * 3600, 1),
-         mib_per_hour=round(per_hour, 2), series=len(scrapes[-1][1].values), server_ttft_p50=p50, client_ttft_p50=client,
-         scrape_cpu_s=sc["cpu_s"], window_s=level["throughput"]["window_s"])
-    assert len(scrapes) >= 10 and series.capped is None and not series.failures
-    assert per_hour <= SERIES_MIB_PER_HOUR, per_hour
-    assert server["histogram"] == "vllm:time_to_first_token_seconds" and server["count"] == 48
-    assert p50["ms"] <= client <= p50["hi_ms"] + 20, (p50, client)
-    assert sc["cpu_s"] is not None and sc["cpu_s"] > 0 and sc["scrapes"] > 0 and not sc["warnings"]
