@@ -55,6 +55,7 @@ from loadgate.load.target import target_spec
 from loadgate.load.workload.dataset import Prepared, counter_for, open_rows, prepare
 from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.net.connect import Engine, open_engine, run_async
+from loadgate.net.scraper import EngineAccess, Scraper, sources_for
 from loadgate.records import RecordWriter
 from loadgate.report.exactness import report_text
 from loadgate.report.fingerprint import fingerprint_diff_text
@@ -205,9 +206,13 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     if search is not None:  # (here, not at the top: the prober summarizes, with numpy, which a run imports late)
         from loadgate.load.probing import Prober, probes_expected
         prober, expected = Prober(profile, run_dir / "records.jsonl", meta_cpus), probes_expected(search)
-    with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * expected, profile.name) as tick:
+    with RecordWriter(run_dir / "records.jsonl") as writer, progress(len(plan) * expected, profile.name) as tick, \
+            Scraper(sources_for(e.metrics_url, profile.target.extra_metrics_urls), run_dir,
+                    profile.target.metrics_interval_s, profile.target.metrics_series_max_mb,
+                    EngineAccess(dict(spec.headers), spec.tls)) as scraper:
         server, health = await run_levels(e, plan, pool, spec, lv, writer, tick, run_tag=run_dir.name, t0_ns=t0,
-                                          round_base=round_base, workers_dir=run_dir, stop=stop, next_level=prober)
+                                          round_base=round_base, workers_dir=run_dir, stop=stop, scraper=scraper,
+                                          next_level=prober)
     if prober is not None:  # the levels the search chose, as a sweep's would be listed
         meta = load_json(run_dir / "meta.json")
         meta["levels"] = [x.level for x in lv]

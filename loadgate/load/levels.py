@@ -1,7 +1,7 @@
 """The performance phase's load levels, one after another: for each level (a concurrency of a
 closed loop, or the rate of an open loop), empty the prefix cache when asked, run the warmup, scrape
 the server's counters, run the measured requests while the scraper process (`loadgate.net.scraper`,
-started once for all the levels) keeps the server's metrics as a series in the run folder and
+one for all the levels, the caller's) keeps the server's metrics as a series in the run folder and
 samples its gauges, and scrape again.
 
 `loadgate.runs.measure` opens the run folder's record writer and the progress bar, admits the gate's
@@ -19,6 +19,7 @@ from typing import Any
 from loadgate.config.profile import Profile
 from loadgate.documents import GaugeStats, HealthPhase, ServerLevel
 from loadgate.engine.adapters import metric_prefixes
+from loadgate.engine.adapters.base import GAUGE_KEYS
 from loadgate.load.executors import Concurrency, LoadLevel, Rate, StopFlag
 from loadgate.load.plan import Plan, build_plan
 from loadgate.load.recorder import read_abort
@@ -27,7 +28,7 @@ from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
 from loadgate.net.connect import Engine
 from loadgate.net.http import empty_prefix_cache
 from loadgate.net.scrape import scrape
-from loadgate.net.scraper import EngineAccess, Scraper, sources_for
+from loadgate.net.scraper import Scraper
 from loadgate.records import RecordWriter
 from loadgate.snapshot import Snapshot, snapshot_to_json
 
@@ -80,34 +81,18 @@ def _snapshot(s: Snapshot | None) -> Any:
 
 async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],
                      writer: RecordWriter, tick: Tick, *, run_tag: str, t0_ns: int, round_base: int,
-                     workers_dir: Path, stop: StopFlag, next_level: NextLevel | None = None,
+                     workers_dir: Path, stop: StopFlag, scraper: Scraper, next_level: NextLevel | None = None,
                      ) -> tuple[dict[str, ServerLevel], dict[str, list[HealthPhase]]]:
     """Run every level (see the module docstring); (server.json's, health.json's) contents, keyed by
     level. Level k sends the prompts of round `round_base + k` (`workload.cache: fresh`; see
     load.plan). A stop between levels (or phases) ends the loop with what was measured. `next_level`,
-    when given, is asked after each level for the level to append to `level_list` (a search's probes)."""
-    profile = e.profile
-    metrics_url = profile.metrics_url(e.base)
-    server: dict[str, ServerLevel] = {}
-    health: dict[str, list[HealthPhase]] = {}
-    scraper = Scraper(sources_for(metrics_url, profile.target.extra_metrics_urls), workers_dir,
-                      profile.target.metrics_interval_s, profile.target.metrics_series_max_mb,
-                      EngineAccess(dict(spec.headers), spec.tls))
-    try:
-        await _levels(e, plan, pool, spec, level_list, writer, tick, run_tag, t0_ns, round_base, workers_dir, stop,
-                      next_level, scraper, server, health)
-    finally:
-        scraper.stop()
-    return server, health
-
-
-async def _levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],
-                  writer: RecordWriter, tick: Tick, run_tag: str, t0_ns: int, round_base: int, workers_dir: Path,
-                  stop: StopFlag, next_level: NextLevel | None, scraper: Scraper, server: dict[str, ServerLevel],
-                  health: dict[str, list[HealthPhase]]) -> None:
+    when given, is asked after each level for the level to append to `level_list` (a search's probes).
+    `scraper` is told where each level's measured window begins and ends."""
     profile = e.profile
     load = profile.load
     metrics_url = profile.metrics_url(e.base)
+    server: dict[str, ServerLevel] = {}
+    health: dict[str, list[HealthPhase]] = {}
     index = 0
     while index < len(level_list):
         loop = level_list[index]
@@ -138,7 +123,7 @@ async def _levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, leve
                     runner, stop)]
             finally:
                 scraped = scraper.end(level)
-            gauges = scraped.pop("gauges") or {}
+            gauges = scraped.pop("gauges") or dict.fromkeys(GAUGE_KEYS)
             if (why := read_abort(workers_dir)) is not None:  # a worker's breaker (or this process's) tripped
                 stop.abort(why, now=False)
             after = await scrape(e.session, metrics_url)
@@ -155,3 +140,4 @@ async def _levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, leve
             following = next_level(loop, server[str(level)], health[str(level)])
             if following is not None:
                 level_list.append(following)
+    return server, health

@@ -261,6 +261,12 @@ class Scraper:
                     "warnings": [f"metrics scraper: its process did not answer{why}; no series or gauges for this level"]}
         return dict(got)
 
+    def __enter__(self) -> Scraper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> dict[str, Any] | None:
         """End the process; the file's size and its CPU seconds (None when it did not answer)."""
         self._send(("stop",))
