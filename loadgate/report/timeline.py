@@ -16,7 +16,7 @@ import numpy as np
 
 from loadgate.core.series import Series
 from loadgate.engine.adapters import gauge_names
-from loadgate.engine.adapters.base import Family
+from loadgate.engine.adapters.base import Family, GaugeKey
 from loadgate.records import Record
 from loadgate.report.plots import _figure, _nothing
 from loadgate.snapshot import Snapshot, first_name
@@ -69,9 +69,11 @@ def server_panels(series: Series, records: Sequence[Record], t0_ns: int, family:
                   bin_s: float = 1.0) -> list[Panel]:
     scrapes = [((t - t0_ns) / 1e9, s) for t, s in series.of("server")]
     panels = []
-    for title, unit, key in (("Queue depth (waiting requests)", "requests", "waiting"),
-                             ("Running requests", "requests", "running"), ("KV-cache use", "fraction", "kv_cache_usage")):
-        t, y, src = _gauge(scrapes, gauge_names(key))  # type: ignore[arg-type]  # a GaugeKey
+    gauges: tuple[tuple[str, str, GaugeKey], ...] = (
+        ("Queue depth (waiting requests)", "requests", "waiting"), ("Running requests", "requests", "running"),
+        ("KV-cache use", "fraction", "kv_cache_usage"))
+    for title, unit, key in gauges:
+        t, y, src = _gauge(scrapes, gauge_names(key))
         panels.append(Panel(title, unit, t, y, src))
     t, y, src = _rate(scrapes, family.preemptions if family else None)
     panels.append(Panel("Preemptions", "per s", t, y, src))
