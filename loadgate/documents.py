@@ -140,12 +140,15 @@ class GaugeStats(Document):
 class ServerLevel(Document):
     """One level of server.json: the engine's metrics at the measured window's edges (samples of
     the engine families' metrics as [name, [[label, value], ...], value]), the gauges sampled
-    during it, and the route that emptied the prefix cache before it (None: not asked)."""
+    during it, the route that emptied the prefix cache before it (None: not asked), and what the
+    scraper process reports of the window (`loadgate.net.scraper`: scrapes, its CPU seconds, the
+    interval, warnings; absent from files written before it)."""
 
     before: list[list[Any]] | None = None
     after: list[list[Any]] | None = None
     gauges: dict[str, GaugeStats | None] | None = None
     prefix_cache_reset: str | None | Absent = ABSENT
+    scrape: dict[str, Any] | Absent = ABSENT
 
 
 # --- health.json ---------------------------------------------------------------------------------

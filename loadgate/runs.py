@@ -56,6 +56,7 @@ from loadgate.load.target import target_spec
 from loadgate.load.workload.dataset import Prepared, counter_for, open_rows, prepare
 from loadgate.load.workload.pool import TokenPool, token_pool
 from loadgate.net.connect import Engine, open_engine, run_async
+from loadgate.net.scraper import EngineAccess, Scraper, sources_for
 from loadgate.records import RecordWriter
 from loadgate.report.exactness import report_text
 from loadgate.report.fingerprint import fingerprint_diff_text
@@ -209,10 +210,13 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     from loadgate.load.abort_watch import watching  # (here: the watcher judges with numpy, imported late)
 
     with watching(profile, run_dir) as watch, RecordWriter(run_dir / "records.jsonl") as writer, \
-            progress(len(plan) * expected, profile.name) as tick, gpu_telemetry(profile, run_dir):  # (watch: abort_on_fail)
+            progress(len(plan) * expected, profile.name) as tick, gpu_telemetry(profile, run_dir), \
+            Scraper(sources_for(e.metrics_url, profile.target.extra_metrics_urls), run_dir,
+                    profile.target.metrics_interval_s, profile.target.metrics_series_max_mb,
+                    EngineAccess(dict(spec.headers), spec.tls)) as scraper:  # (watch: abort_on_fail)
         server, health = await run_levels(e, plan, pool, spec, lv, writer, tick, run_tag=run_dir.name, t0_ns=t0,
-                                          round_base=round_base, workers_dir=run_dir, stop=stop, next_level=prober,
-                                          watch=watch)
+                                          round_base=round_base, workers_dir=run_dir, stop=stop, scraper=scraper,
+                                          next_level=prober, watch=watch)
     if prober is not None:  # the levels the search chose, as a sweep's would be listed
         meta = load_json(run_dir / "meta.json")
         meta["levels"] = [x.level for x in lv]

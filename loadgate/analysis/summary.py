@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from loadgate.analysis.capacity import SearchSection, search_section
 from loadgate.analysis.conversations import cached_tokens, conversation_counts
 from loadgate.analysis.gpu import level_gpu, read_gpu_file
+from loadgate.analysis.histograms import server_latency
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.metrics import throughput as throughput_over
 from loadgate.analysis.slices import time_slices
@@ -239,6 +240,8 @@ class LevelSummary:
     gpu: dict[str, Any] | None = None  # `analysis.gpu.level_gpu`: the GPUs over the window (v9)
     ramp_requests: int | None = None  # requests the level's ramp sent, outside every figure (v9; null: no ramp)
     slices: dict[str, Any] | None = None  # `analysis.slices.time_slices`: figures by time (v9; None when off)
+    server_latency: dict[str, Any] | None = None  # `analysis.histograms.server_latency` (v9)
+    server_scrape: dict[str, Any] | None = None  # the scraper process's report of the window (v9)
 
     def to_json(self) -> dict[str, Any]:
         """The fields in order, `invalid` last (the order version 2 wrote)."""
@@ -256,7 +259,8 @@ class LevelSummary:
                    d.get("new_connections", 0), d.get("contamination"), d.get("server_gauges"),
                    ClientHealth(**d["client_health"]), list(d["invalid"]), d.get("prefix_cache"), d.get("groups"),
                    d.get("conversations"), d.get("cached_tokens"), gpu=d.get("gpu"),
-                   ramp_requests=d.get("ramp_requests"), slices=d.get("slices"))
+                   ramp_requests=d.get("ramp_requests"), slices=d.get("slices"),
+                   server_latency=d.get("server_latency"), server_scrape=d.get("server_scrape"))
 
 
 GROUP_FIELDS = ("category", "turn")
@@ -321,7 +325,7 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
     tc = token_check(records, profile["workload"]["token_mismatch_limit"], natural(request_settings(profile)))
     per_request = from_records(records)
     acceptance = Acceptance(per_request)
-    contaminated = gauges = cached = None
+    contaminated = gauges = cached = latency = None
     invalid: list[str] = []
     if server is not None and server.before is not None and server.after is not None:
         before, after = snapshot_from_json(server.before), snapshot_from_json(server.after)
@@ -330,6 +334,7 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
         acceptance = Acceptance(per_request, counters, reconcile(per_request, counters))
         contaminated = contamination(before, after, records, family)
         cached = prefix_cache(before, after, family)
+        latency = server_latency(before, after, family)
         gauges = None if server.gauges is None else {
             k: None if g is None else g.to_json() for k, g in server.gauges.items()}
         if contaminated and not contaminated["clean"]:
@@ -359,7 +364,9 @@ def level_summary(records: list[Record], server: ServerLevel | None, health: lis
                         goodput(records, profile.get("slo") or {}, throughput.window_s), acceptance,
                         sum(1 for r in records if r.new_connection), contaminated, gauges, h, invalid, cached, groups,
                         conversation_counts(records), cached_tokens(records), ramp_requests=ramp_requests,
-                        slices=time_slices(records, (profile.get("report") or {}).get("slice_s"), drop))
+                        slices=time_slices(records, (profile.get("report") or {}).get("slice_s"), drop),
+                        server_latency=latency,
+                        server_scrape=server.scrape if server is not None and isinstance(server.scrape, dict) else None)
 
 
 def merge_health(parts: list[HealthPhase], schedule: dict[str, float | None] | None = None) -> ClientHealth:
@@ -417,6 +424,12 @@ reason; `loadgate.analysis.intervals`), the `bracket` (passing, failing), the `a
 ("answer below hi", "hi passed", "lowest failed" or "stopped"). Each level's `goodput` gains
 `token_goodput` (output tokens per second of the window of the requests that met every SLO, a
 figure thresholds can name) and `good_output_tokens` (those tokens).
+Each level's `server_latency`: the engine's own TTFT, inter-token, end-to-end and queue-time
+histograms over the window (`analysis.histograms`: bucket deltas, linear interpolation) as
+p50/p90/p99 in ms, each with its bucket [lo_ms, hi_ms], the histogram's name, count and edges (null
+without such histograms). Each level's `server_scrape`: the scraper process's report of the window
+(`net.scraper`: scrapes, its own CPU seconds, the interval, warnings for a metrics URL that did not
+answer or was not Prometheus text and for the series reaching its cap; null before it existed).
 Version 8 files read the same, the new fields null.
 8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the

@@ -198,6 +198,12 @@ class Target:
     sim: SimConfig = field(default_factory=SimConfig,
                            metadata={"help": "simulator settings (only with endpoint: embedded)"})
     metrics_url: str | None = knob(None, "Prometheus /metrics URL; default: endpoint + /metrics")
+    metrics_interval_s: float = knob(0.5, "seconds between scrapes of the metrics (the run folder's series "
+                                     "server-metrics.jsonl.gz, and the gauges' min/mean/max)", exclusive_min=0.0)
+    metrics_series_max_mb: float = knob(64.0, "largest series file, MiB: past it the series is no longer kept "
+                                        "(a warning says so)", exclusive_min=0.0)
+    extra_metrics_urls: tuple[str, ...] = knob((), "more Prometheus URLs scraped into the series beside the "
+                                               "engine's (exporters: DCGM, node)")
     timeout_s: float = knob(600.0, "per-request timeout, seconds", exclusive_min=0.0)
     headers: dict[str, str] = field(default_factory=dict, metadata={
         "help": "extra HTTP headers; ${NAME} in a value is read from the environment at run time and never "
@@ -228,6 +234,9 @@ class Target:
             return [("endpoint", f"expected 'embedded' or an http:// or https:// URL, got {self.endpoint!r}")]
         if self.metrics_url is not None and not is_http_url(self.metrics_url):
             return [("metrics_url", f"expected an http:// or https:// URL, got {self.metrics_url!r}")]
+        for k, u in enumerate(self.extra_metrics_urls):
+            if not is_http_url(u):
+                return [(f"extra_metrics_urls[{k}]", f"expected an http:// or https:// URL, got {u!r}")]
         # top-level keys, and SGLang's sampling_params and the stream's options, where loadgate's own live too
         nested = [(f"{k}.{sub}", sub) for k in ("sampling_params", "stream_options")
                   if isinstance(self.extra_body.get(k), dict) for sub in self.extra_body[k]]

@@ -1,7 +1,9 @@
 """The performance phase's load levels, one after another: for each level (a concurrency of a
 closed loop, or the rate of an open loop), empty the prefix cache when asked, run the warmup, then the
 ramp (`load.ramp`: the load rising to the level's, every request of it finished before what follows),
-scrape the server's counters, run the measured requests while its gauges are sampled, and scrape again.
+scrape the server's counters, run the measured requests while the scraper process
+(`loadgate.net.scraper`, one for all the levels, the caller's) keeps the server's metrics as a series
+in the run folder and samples its gauges, and scrape again.
 
 `loadgate.runs.measure` opens the run folder's record writer and the progress bar, admits the gate's
 token and writes meta.json, then hands the levels to `run_levels` and writes what it returns
@@ -21,6 +23,7 @@ from loadgate.analysis.search import probe_load
 from loadgate.config.profile import Profile
 from loadgate.documents import GaugeStats, HealthPhase, ServerLevel
 from loadgate.engine.adapters import metric_prefixes
+from loadgate.engine.adapters.base import GAUGE_KEYS
 from loadgate.load.executors import Concurrency, LoadLevel, Rate, StopFlag
 from loadgate.load.plan import Plan, build_plan
 from loadgate.load.recorder import read_abort
@@ -28,7 +31,8 @@ from loadgate.load.target import LiveTarget, TargetSpec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
 from loadgate.net.connect import Engine
 from loadgate.net.http import empty_prefix_cache
-from loadgate.net.scrape import GaugeSampler, scrape
+from loadgate.net.scrape import scrape
+from loadgate.net.scraper import Scraper
 from loadgate.records import RecordWriter
 from loadgate.snapshot import Snapshot, snapshot_to_json
 
@@ -84,12 +88,13 @@ def _snapshot(s: Snapshot | None) -> Any:
 
 async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, level_list: list[LoadLevel],
                      writer: RecordWriter, tick: Tick, *, run_tag: str, t0_ns: int, round_base: int,
-                     workers_dir: Path, stop: StopFlag, next_level: NextLevel | None = None,
+                     workers_dir: Path, stop: StopFlag, scraper: Scraper, next_level: NextLevel | None = None,
                      watch: AbortWatch | None = None) -> tuple[dict[str, ServerLevel], dict[str, list[HealthPhase]]]:
     """Run every level (see the module docstring); (server.json's, health.json's) contents, keyed by
     level. Level k sends the prompts of round `round_base + k` (`workload.cache: fresh`; see
     load.plan). A stop between levels (or phases) ends the loop with what was measured. `next_level`,
     when given, is asked after each level for the level to append to `level_list` (a search's probes).
+    `scraper` is told where each level's measured window begins and ends.
     `watch`: the watcher of the thresholds with abort_on_fail (`loadgate.load.abort_watch`), told of each
     measured phase."""
     profile = e.profile
@@ -123,9 +128,7 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             if stop.is_set():
                 break
             before = await scrape(e.session, metrics_url)
-            sampler = GaugeSampler(e.session, metrics_url)
-            if before is not None:
-                sampler.start()
+            scraper.begin(level)
             poll = None
             if watch is not None:  # the thresholds with abort_on_fail, judged as the phase's requests finish
                 watch.level(tag, perf_counter_ns())
@@ -138,13 +141,14 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
                 if watch is not None and poll is not None:
                     watch.end()
                     poll.cancel()
-                gauges = await sampler.stop()
+                scraped = scraper.end(level)
+            gauges = scraped.pop("gauges") or dict.fromkeys(GAUGE_KEYS)
             if (why := read_abort(workers_dir)) is not None:  # a worker's breaker (or this process's) tripped
                 stop.abort(why, now=False)
             after = await scrape(e.session, metrics_url)
             server[str(level)] = ServerLevel(  # prefix_cache_reset: the route that emptied the cache (None: not asked)
                 before=_snapshot(before), after=_snapshot(after), prefix_cache_reset=reset,
-                gauges={k: None if v is None else GaugeStats(**v) for k, v in gauges.items()})
+                gauges={k: None if v is None else GaugeStats(**v) for k, v in gauges.items()}, scrape=scraped)
         finally:
             if isinstance(runner, WorkerGroup):
                 runner.close()

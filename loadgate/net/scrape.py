@@ -1,23 +1,17 @@
-"""Prometheus `/metrics` over the network: scrape a `loadgate.snapshot.Snapshot`, and sample the
-gauges (KV-cache usage, running and waiting requests: min/mean/max) during the run. The snapshot
-format itself, its parsing and deltas, are `loadgate.snapshot` (pure: the analysis reads them
-without importing the network)."""
+"""Prometheus `/metrics` over the network: fetch its text, scrape a `loadgate.snapshot.Snapshot`.
+The snapshot format itself, its parsing and deltas, are `loadgate.snapshot` (pure: the analysis
+reads them without importing the network); the series kept during a run, and the gauges sampled
+from it, are the scraper process's (`loadgate.net.scraper`)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import zlib
-from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 
-from loadgate.engine.adapters import gauge_names
-from loadgate.engine.adapters.base import GAUGE_KEYS, GaugeKey
 from loadgate.errors import EngineError
 from loadgate.net.http import MAX_JSON_BYTES, read_bounded
-from loadgate.snapshot import Snapshot, first_name, parse_metrics
+from loadgate.snapshot import Snapshot, parse_metrics
 
 
 def _inflate(body: bytes) -> bytes:
@@ -64,52 +58,3 @@ async def scrape(session: aiohttp.ClientSession, url: str, timeout_s: float = 10
         return parse_metrics(text)
     except ValueError:
         return None
-
-
-@dataclass
-class GaugeSampler:
-    """Polls `/metrics` every `interval_s` while running and keeps the gauges (`GAUGE_KEYS`) of every
-    registered engine family.
-
-    While the load runs it only fetches the text and keeps the lines of those gauges (string
-    prefix tests); parsing waits until `stop()`, so the measuring loop is not blocked by the
-    Prometheus parser."""
-
-    session: aiohttp.ClientSession
-    url: str
-    interval_s: float = 0.5
-    texts: list[str] = field(default_factory=list)
-    _task: asyncio.Task[None] | None = None
-
-    def names(self, key: GaugeKey | None = None) -> tuple[str, ...]:
-        keys = GAUGE_KEYS if key is None else (key,)
-        return tuple(n for k in keys for n in gauge_names(k))
-
-    async def _loop(self) -> None:
-        wanted = self.names()
-        while True:
-            text = await fetch_text(self.session, self.url, timeout_s=5)
-            if text is not None:
-                self.texts.append("\n".join(ln for ln in text.splitlines() if ln.startswith(wanted)))
-            await asyncio.sleep(self.interval_s)
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def stop(self) -> dict[str, Any]:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        samples: dict[str, list[float]] = {k: [] for k in GAUGE_KEYS}
-        for text in self.texts:
-            try:
-                snap = parse_metrics(text + "\n")
-            except ValueError:
-                continue
-            for key in GAUGE_KEYS:
-                name = first_name(snap, self.names(key))
-                if name is not None and (v := snap.total(name)) is not None:
-                    samples[key].append(v)
-        return {k: ({"samples": len(v), "min": min(v), "mean": sum(v) / len(v), "max": max(v)} if v else None)
-                for k, v in samples.items()}

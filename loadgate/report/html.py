@@ -17,10 +17,13 @@ from typing import Any
 from loadgate.analysis.capacity import SearchSection
 from loadgate.analysis.summary import GROUP_FIELDS, LevelSummary, Summary, build_summary
 from loadgate.core.figures import ADJUSTED, figure, table_rows
+from loadgate.core.series import SERIES_FILE, read_series
+from loadgate.engine.adapters import family_for
 from loadgate.jsonutil import load_json
 from loadgate.records import Record, read_records
-from loadgate.report import capacity, plots
+from loadgate.report import capacity, plots, timeline
 from loadgate.report.search_plot import search_plot
+from loadgate.report.server import latency_table_html, server_lines
 from loadgate.report.table import conversation_lines, fmt, trace_line
 
 _CSS = """
@@ -53,6 +56,10 @@ _CAPTIONS = {
                        "95 % confidence interval (an end the samples cannot bound left off) and the limit "
                        "(dashed); green circles passed every threshold, red crosses failed one; the dotted "
                        "line is the answer.",
+    "server_timeline": "The engine's own metrics over the run (scraped every target.metrics_interval_s into "
+                       "server-metrics.jsonl.gz): queue depth, running requests, KV-cache use, preemptions and "
+                       "prefix-cache hits per second, beside the output tokens per second the client received; "
+                       "the levels' measured windows shaded.",
 }
 
 
@@ -120,6 +127,7 @@ def _level_facts(s: LevelSummary, trace: dict[str, Any] | None = None) -> str:
         items.insert(0, escape(trace_line(trace)) + (f"; the server's prefix-cache hit rate {hits:.1%}"
                                                      if hits is not None else ""))
     items += [escape(line) for line in conversation_lines(s)]
+    items += [escape(line) for line in server_lines(s, [])]
     for msg in s.invalid:
         items.append(f'<span class="bad">INVALID: {escape(msg)}</span>')
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
@@ -202,6 +210,15 @@ def _make_plots(series: Mapping[str, Sequence[Record]],
     return made
 
 
+def _timeline(run_dir: Path, meta: dict[str, Any], groups: Mapping[str, Sequence[Record]]) -> Path:
+    s = read_series(run_dir / SERIES_FILE)
+    last = next((snap for _, snap in reversed(s.of("server"))), None)
+    family = family_for(meta.get("api"), last)
+    records = [r for recs in groups.values() for r in recs]
+    return timeline.server_timeline(timeline.server_panels(s, records, int(meta["t0_ns"]), family),
+                                    timeline.windows(s, int(meta["t0_ns"])), run_dir / "plots" / "server_timeline.png")
+
+
 def streamed(summary: Summary) -> bool:
     """Whether the run's responses were streamed (summaries before v7 say nothing: they were, or had chunks)."""
     return bool((summary.request or {}).get("stream", True))
@@ -215,7 +232,7 @@ def _page(title: str, body: str) -> str:
 def _tables(summary: Summary, *, side_by_side: bool = False) -> str:
     """Each level's facts and metric table; levels side by side (wrapping) when asked."""
     load = summary.load
-    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s, summary.trace)}{level_table_html(s)}{''.join(group_table_html(s, f) for f in GROUP_FIELDS)}</div>"
+    blocks = [f"<div><h3>{escape(_level_label(load, lv))}</h3>{_level_facts(s, summary.trace)}{level_table_html(s)}{latency_table_html(s)}{''.join(group_table_html(s, f) for f in GROUP_FIELDS)}</div>"
               for lv, s in summary.levels.items()]
     return f'<div class="cols">{"".join(blocks)}</div>' if side_by_side else "".join(blocks)
 
@@ -244,6 +261,8 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
                        run_dir / "plots", streamed(summary), _timed(summary))
     if summary.search is not None:
         made.insert(0, ("capacity_search", search_plot(summary.search, run_dir / "plots" / "capacity_search.png")))
+    if (run_dir / SERIES_FILE).exists():
+        made.append(("server_timeline", _timeline(run_dir, meta, groups)))
     status = ('<span class="good">valid</span>' if summary.valid else '<span class="bad">INVALID</span>')
     if summary.tls_insecure:
         status += ' · <span class="bad">TLS certificate not checked (target.tls.insecure)</span>'

@@ -11,6 +11,7 @@ from loadgate.analysis.summary import GROUP_FIELDS, Acceptance, LevelSummary, Su
 from loadgate.config.profile import MAX_SLICES
 from loadgate.core.figures import ADJUSTED, figure, table_rows
 from loadgate.records import Damage
+from loadgate.report.server import server_lines
 
 COLUMNS = ("p50", "p90", "p99")
 
@@ -279,8 +280,7 @@ def render_summary(summary: Summary) -> str:
         gauges = s.server_gauges or {}
         parts = [f"KV cache {v['min']:.2%}/{v['mean']:.2%}/{v['max']:.2%}" if k == "kv_cache_usage" else
                  f"{k} {fmt(v['min'], 1)}/{fmt(v['mean'], 1)}/{fmt(v['max'], 1)}" for k, v in gauges.items() if v]
-        if parts:
-            out.append("server (min/mean/max): " + " · ".join(parts))
+        out += server_lines(s, parts)
         out += gpu_lines(s.gpu)
         h = s.client_health
         if h.loop_lag_ms["p99"] is not None:

@@ -202,6 +202,9 @@ class SimEngine:
             if not s.finished:
                 new.append(s)
         batch = len(running) + len(new)
+        admitted = time.perf_counter()
+        for s in new:
+            s.admitted_s = admitted
         outputs: list[tuple[Sequence, StepOutput]] = []
         prompt_tokens = sum(s.n_prompt for s in new)
         self.counters.prompt_tokens += prompt_tokens
@@ -333,13 +336,21 @@ class SimEngine:
         takes them directly instead (written by the loop right after, in the same task)."""
         counters = self.counters
         direct: list[tuple[Sequence, StepOutput]] = []
+        now = time.perf_counter()
         for s, out in outputs:
             if s.aborted:
                 continue
             counters.generation_tokens += len(out.token_ids)
+            if s.last_output_s is None:
+                counters.ttft.observe(now - s.arrived_s)
+            else:
+                counters.itl.observe(now - s.last_output_s)
+            s.last_output_s = now
             if s.finished and not s.counted:
                 s.counted = True
                 counters.success[s.finish_reason or "stop"] += 1
+                counters.e2e.observe(now - s.arrived_s)
+                counters.queue.observe((s.admitted_s or now) - s.arrived_s)
             # a stream's last output in the per_token shape goes to its handler, which writes it with
             # the stream's end in one write (as engines end a stream right after its last token)
             if s.sink is not None and s.sink.ready(s) and not (s.finished and s.sink.ends_with_handler):

@@ -19,6 +19,7 @@ The token that finishes a sequence is part of its output (ids, counts); special 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -89,7 +90,7 @@ class Sequence:
                  "sample_seed", "output_ids", "context", "finished", "aborted", "counted",
                  "finish_reason", "stop_reason", "pending", "_decoder", "_tail", "_hold", "_step_ids",
                  "_step_lps", "_step_top", "_waiter", "_specials", "_token_bytes", "_ascii", "sink", "flips",
-                 "flip_batches", "cached_tokens")
+                 "flip_batches", "cached_tokens", "arrived_s", "admitted_s", "last_output_s")
 
     def __init__(self, params: GenParams, tokenizer: Tokenizer, context_hash: int,
                  spec: SpecProgress | None = None, jitter: int = 0, run_to_run_armed: bool = False,
@@ -103,6 +104,10 @@ class Sequence:
         self.sample_seed = sample_seed
         self.output_ids: list[int] = []
         self.cached_tokens = 0  # prompt tokens the prefix cache served (set when the engine admits it)
+        # the engine's clock (`time.perf_counter`): queued, admitted into the batch, last output published
+        self.arrived_s = time.perf_counter()
+        self.admitted_s: float | None = None
+        self.last_output_s: float | None = None
         self.flips: list[int] = []  # output positions where the runner-up was emitted (ground truth)
         self.flip_batches: list[int] = []  # the engine step's batch size at each of those positions
         self.context: list[int] = list(params.prompt_ids)

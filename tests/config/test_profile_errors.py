@@ -145,6 +145,16 @@ CASES: dict[str, Case] = {
     "near_tie_tier_with_one_logprob": Case(
         "exactness:\n  logprobs: 1\n  contract: {tier: near-tie-tolerant, gap: 0.1}\n", 2, "exactness.logprobs",
         "needs at least 2, got 1"),
+    "extra_metrics_url_not_http": Case(
+        "target:\n  extra_metrics_urls: [http://127.0.0.1:9400/metrics, dcgm:9400]\n", 2,
+        "target.extra_metrics_urls[1]", "expected an http:// or https:// URL, got 'dcgm:9400'"),
+    "extra_metrics_urls_not_a_list_of_strings": Case(
+        "target:\n  extra_metrics_urls: [9400]\n", 2, "target.extra_metrics_urls[0]", "expected a string, got 9400"),
+    "metrics_interval_zero": Case(
+        "target:\n  metrics_interval_s: 0\n", 2, "target.metrics_interval_s", "expected a number > 0, got 0"),
+    "metrics_series_cap_negative": Case(
+        "target:\n  metrics_series_max_mb: -1\n", 2, "target.metrics_series_max_mb",
+        "expected a number > 0, got -1"),
     "api_not_in_literal": Case(
         "target:\n  api: grpc\n", 2, "target.api",
         "expected one of 'openai-completions', 'openai-chat', 'llamacpp', 'llamacpp-openai-completions', 'llamacpp-openai-chat', 'sglang', got 'grpc'"),

@@ -16,6 +16,7 @@ import yaml
 
 from loadgate.cli import main
 from loadgate.config.simconfig import DivergenceConfig, SimConfig
+from loadgate.core.series import SERIES_FILE, read_series
 from loadgate.jsonutil import load_json
 from loadgate.sim.process import SimProcess
 from tests.profiles import LAX_HEALTH, tiny_corpus
@@ -141,6 +142,8 @@ def test_https_with_the_private_ca_file(tmp_path, pki, capsys):
         assert sim.url.startswith("https://")
         code, out, _ = run_https(tmp_path, sim.url, {"ca_file": str(pki / "ca.pem")}, capsys)
     assert code == 11 and "8 succeeded, 0 failed" in out and "not checked" not in out
+    assert "warning: metrics" not in out  # the scraper process reached the https /metrics with the CA too
+    assert read_series(tmp_path / "out" / "tls" / SERIES_FILE).of("server")
 
 
 def test_https_insecure_works_and_every_report_warns(tmp_path, pki, capsys):
@@ -199,6 +202,7 @@ def test_a_server_that_requires_a_client_certificate(tmp_path, pki, capsys):
                                                      "client_cert": str(pki / "client.pem"),
                                                      "client_key": str(pki / "client.key")}, capsys)
         assert code == 11 and "8 succeeded, 0 failed" in out
+        assert "warning: metrics" not in out  # the scraper process presented the client certificate too
         (tmp_path / "b").mkdir()
         code, _, err = run_https(tmp_path / "b", sim.url, {"ca_file": str(pki / "ca.pem")}, capsys)
     assert code == 3 and "\n" not in err.strip() and ("certificate" in err.lower() or "handshake" in err.lower()), err

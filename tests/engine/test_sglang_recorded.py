@@ -54,17 +54,20 @@ def test_server_info_keeps_every_server_arg_and_drops_start_up_times_ports_and_t
 def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_path):
     """SGLang's recorded /metrics served the way SGLang serves them (gzip to a client that accepts
     it, a NaN gauge): the scrape asks for plain text, decompresses a server that compresses anyway,
-    leaves the NaN out, and the snapshot survives server.json and its reader."""
+    leaves the NaN out, and the snapshot survives server.json and its reader; the scraper process
+    reads the compressed page the same way, into its gauges and its series."""
     import asyncio
     import gzip
 
     from aiohttp import web
 
+    from loadgate.core.series import read_series
     from loadgate.engine.adapters import metric_prefixes
     from loadgate.jsonutil import dump_json, load_json
     from loadgate.net.connect import run_async
     from loadgate.net.http import make_session
-    from loadgate.net.scrape import GaugeSampler, scrape
+    from loadgate.net.scrape import scrape
+    from loadgate.net.scraper import Scraper, sources_for
     from loadgate.snapshot import snapshot_from_json, snapshot_to_json
 
     text = fixture_file("sglang-cpu", "metrics_after.txt").read_bytes()
@@ -91,11 +94,12 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
             async with make_session() as s:
                 plain = await scrape(s, f"http://127.0.0.1:{port}/metrics")
                 forced = await scrape(s, f"http://127.0.0.1:{port}/metrics?force=1")
-                sampler = GaugeSampler(s, f"http://127.0.0.1:{port}/metrics?force=1", interval_s=0.01)
-                sampler.start()
-                while len(sampler.texts) < 2:  # the gauges sampled during a run, from a compressed page
-                    await asyncio.sleep(0.01)
-                gauges = await sampler.stop()
+                # the gauges sampled during a run (by the scraper process), from a compressed page
+                scraper = Scraper(sources_for(f"http://127.0.0.1:{port}/metrics?force=1", ()), tmp_path, 0.05, 64)
+                scraper.begin(1)
+                await asyncio.sleep(1.0)
+                gauges = scraper.end(1)["gauges"]
+                scraper.stop()
         finally:
             await runner.cleanup()
         return plain, forced, gauges
@@ -103,6 +107,8 @@ def test_gzipped_metrics_with_a_nan_gauge_are_read_and_survive_server_json(tmp_p
     plain, forced, gauges = run_async(go())
     assert set(asked) == {"identity"}
     assert gauges["running"] is not None and gauges["running"]["samples"] >= 2
+    kept = read_series(tmp_path / "server-metrics.jsonl.gz").of("server")
+    assert len(kept) >= 2 and all(snap == plain for _, snap in kept)  # the whole page, NaN left out
     for snap in (plain, forced):
         assert snap is not None and snap.total("sglang:generation_tokens_total") is not None
         assert snap.total("sglang:fwd_occupancy") is None  # NaN: left out

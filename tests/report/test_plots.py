@@ -32,6 +32,7 @@ from loadgate.records import (
 )
 from loadgate.report import plots  # noqa: E402
 from loadgate.report.html import level_table_html, write_comparison_html, write_html  # noqa: E402
+from loadgate.report.timeline import TIMELINE_SIZE  # noqa: E402
 from loadgate.sim.process import SimProcess  # noqa: E402
 from tests.recs import make_record  # noqa: E402
 from tests.simtruth import profile_for, run  # noqa: E402
@@ -148,19 +149,21 @@ def test_html_report_is_self_contained_with_every_plot_embedded(runs):
     assert out == run_dir / "report.html"
     html = out.read_text()
     pngs = sorted(p.name for p in (run_dir / "plots").glob("*.png"))
-    assert pngs == ["itl_by_position.png", "latency_cdfs.png", "sweep.png", "tokens_per_chunk.png"]
+    assert pngs == ["itl_by_position.png", "latency_cdfs.png", "server_timeline.png", "sweep.png",
+                    "tokens_per_chunk.png"]  # the server's series over time: the run kept its /metrics
     assert html.count("data:image/png;base64,") == len(pngs)
     assert_self_contained(html)
     assert run_dir.name in html and "<table>" in html and "sim-tiny" in html
     assert "concurrency 1" in html and "concurrency 4" in html
     assert "within_tolerance" in html and "every token id equal" in html
     check_png(run_dir / "plots" / "sweep.png", plots.SWEEP_SIZE)
+    check_png(run_dir / "plots" / "server_timeline.png", TIMELINE_SIZE)
 
 
 def test_single_level_report_has_no_sweep_and_renders_missing_figures_as_na(runs, tmp_path):
     out = write_html(runs["plain"], tmp_path / "r.html")
     html = out.read_text()
-    assert html.count("data:image/png;base64,") == 3 and not (runs["plain"] / "plots" / "sweep.png").exists()
+    assert html.count("data:image/png;base64,") == 4 and not (runs["plain"] / "plots" / "sweep.png").exists()
     assert "Exactness" not in html
 
 

@@ -34,7 +34,7 @@ ADDED: tuple[str, ...] = (
     # the verdict
     r"UNVERIFIED: no exactness check ran for this configuration; these figures are not a result\.",
     r"decided on .*; practical change .*, alpha .*", r"outcome: .*", r"\*\*outcome\*\*: .*", r"all,verdict,.*",
-    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "search": null,', r'  "request": \{', r'        "token_goodput": .*', r'        "good_output_tokens": .*', r'      "groups": null,', r'      "conversations": null,', r'      "cached_tokens": null,', r'      "gpu": null,', r'      "ramp_requests": null,', r'      "slices": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
+    r'  "summary_version": \d+,', r'      "prefix_cache": .*', r'  "interrupted": false,', r'  "damage": null,', r'  "tls_insecure": false,', r'  "dataset": null,', r'  "trace": null,', r'  "search": null,', r'  "request": \{', r'        "token_goodput": .*', r'        "good_output_tokens": .*', r'      "groups": null,', r'      "conversations": null,', r'      "cached_tokens": null,', r'      "gpu": null,', r'      "ramp_requests": null,', r'      "slices": null,', r'      "server_latency": null,', r'      "server_scrape": null,', r'  "outcome": \{', r'    "[a-z_]+": .*', r"      \{", r'        "[a-z_]+": .*', r"      \},?", r"    \],?", r"  \},?",
 )
 
 

@@ -262,6 +262,9 @@ def iter_objects(events: list[tuple[int, bytes]], d: Decoded) -> Iterator[tuple[
 
 GaugeKey = Literal["kv_cache_usage", "running", "waiting"]
 GAUGE_KEYS: tuple[GaugeKey, ...] = ("kv_cache_usage", "running", "waiting")
+# the client figures an engine's latency histograms stand beside (`Family.latency_histograms`);
+# `queue` has no client figure: the time the server held a request before it began computing it
+LATENCY_KEYS = ("ttft", "itl", "e2e", "queue")
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +318,10 @@ class Family:
     successes: str | None = None  # finished requests counter (label `finished_reason`)
     spec: SpecCounters | None = None
     prefix_cache: tuple[str, str] | None = None  # (hits, queries) counters, in prompt tokens
+    preemptions: str | None = None  # counter of requests the engine preempted (plotted over time)
+    # the engine's own latency histograms (seconds), by the client figure each stands beside
+    # (`LATENCY_KEYS`: ttft, itl, e2e, queue); first one served is read
+    latency_histograms: dict[str, tuple[str, ...]] = field(default_factory=dict)
     info_metrics: tuple[str, ...] = ()  # metrics whose labels the fingerprint keeps (and any `*_info`)
     introspection: tuple[Introspection, ...] = ()
     reset_routes: tuple[str, ...] = ()  # POST routes that empty its prefix cache

@@ -187,6 +187,9 @@ SGLANG = Family(
     # No speculative-decoding counters, only gauges (`sglang:spec_accept_length`, ...): no `spec`
     generated="sglang:generation_tokens_total",
     prefix_cache=("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
+    # summed over `is_streaming` (the window's requests are all one kind)
+    latency_histograms={"ttft": ("sglang:time_to_first_token_seconds",), "itl": ("sglang:inter_token_latency_seconds",),
+                        "e2e": ("sglang:e2e_request_latency_seconds",), "queue": ("sglang:queue_time_seconds",)},
     introspection=(Introspection("server_info", ("/server_info", "/get_server_info"), order=2),),
     reset_routes=("/flush_cache",),
     identifies=lambda engine: bool(engine.get("server_info")),

@@ -24,6 +24,11 @@ VLLM = Family(
                       accepted="vllm:spec_decode_num_accepted_tokens_total",
                       per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total"),
     prefix_cache=("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+    preemptions="vllm:num_preemptions_total",
+    # (older vLLM: time_per_output_token_seconds for the inter-token histogram)
+    latency_histograms={"ttft": ("vllm:time_to_first_token_seconds",),
+                        "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+                        "e2e": ("vllm:e2e_request_latency_seconds",), "queue": ("vllm:request_queue_time_seconds",)},
     info_metrics=("vllm:cache_config_info", "vllm:model_config_info"),
     introspection=(Introspection("version", ("/version",), order=0), Introspection("models", ("/v1/models",), order=1)),
     reset_routes=("/reset_prefix_cache",),  # served only with VLLM_SERVER_DEV_MODE=1
