@@ -123,3 +123,50 @@ def test_a_candidate_with_half_the_slots_regresses_and_a_baseline_that_passed_hi
     assert list(comparison["levels"]) == ["2", "4", "8"]
     assert load_json(run / "verdict.json")["ab_decision"] == "regressed"
     assert main(["report", str(run)]) == 21
+
+
+def _short(p: Path, base_step_us: float) -> None:
+    """Two output tokens a request, and the baseline's steps `base_step_us` long (quick probes)."""
+    doc = yaml.safe_load(p.read_text())
+    doc["workload"]["output_len"] = {"dist": "fixed", "value": 2}
+    doc["ab"]["baseline"]["sim"] = {**BASE, "decode_step_us": base_step_us}
+    p.write_text(yaml.safe_dump(doc))
+
+
+def test_a_candidate_whose_lowest_probe_fails_exits_20_as_a_single_search_would(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = write_ab(tmp_path, "low", {"over": "concurrency", "lo": 1, "hi": 2, "resolution": 0.25},
+                 {"ttft": ["p(50) < 1us"]}, 20)
+    _short(p, STEP["decode_step_us"])
+    assert main(["run", "-q", str(p)]) == 20
+    assert "ttft p(50) < 1us" in capsys.readouterr().err
+    run = tmp_path / "out" / "low"
+    thresholds = load_json(run / "verdict.json")["thresholds"]
+    assert [(t["run"], t["level"], t["passed"]) for t in thresholds] == [("B1", "1", False), ("B2", "1", False)]
+    line = load_json(run / "comparison.json")["capacity"]
+    assert all(x[s]["ended"] == "lowest failed" for x in line["pairs"] for s in ("baseline", "candidate"))
+    assert (line["ratio"], line["low"], line["high"], line["decision"]) == (None, None, None, "inconclusive")
+    assert main(["report", str(run)]) == 20
+    out = capsys.readouterr().out
+    assert ("pair 1 (A1, B1): candidate serves no bound on either end the concurrency within the thresholds "
+            "(baseline none: its lowest probe, 1, failed; candidate none: its lowest probe, 1, failed)") in out
+    assert "thresholds (candidate run B1, level 1: its lowest probe, which failed):" in out
+
+
+def test_a_baseline_whose_lowest_probe_fails_bounds_the_candidate_from_below_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a request's second token comes a decode step after its first: the baseline's 40 ms steps put the
+    # e2e median past 30 ms even alone, the candidate's 4 ms do not
+    p = write_ab(tmp_path, "base", {"over": "concurrency", "lo": 1, "hi": 2, "resolution": 0.25},
+                 {"e2e": ["p(50) < 30ms"]}, 20)
+    _short(p, 40_000.0)
+    assert main(["run", "-q", str(p)]) == 0  # not the candidate's failure: at least 2x the baseline
+    line = load_json(tmp_path / "out" / "base" / "comparison.json")["capacity"]
+    for pair in line["pairs"]:
+        assert (pair["baseline"]["ended"], pair["candidate"]["ended"]) == ("lowest failed", "hi passed")
+        assert (pair["ratio"], pair["low"], pair["high"]) == (None, 2.0, None)  # candidate's 2 / baseline's 1
+    assert line["decision"] == "improved"
+    out = capsys.readouterr().out
+    assert ("pair 1 (A1, B1): candidate serves at least 2.00× (no upper end) the concurrency within the thresholds "
+            "(baseline none: its lowest probe, 1, failed; candidate 2, its hi, which passed: no failing end)") in out
+    assert "over 2 pairs: candidate serves at least 2.00× (no upper end) the concurrency within the thresholds" in out
