@@ -320,9 +320,11 @@ def _capacity_message(line: CapacityLine) -> str:
     if line.decision == "regressed":
         return (f"the candidate's capacity regressed: it serves {words} the baseline's {line.over} within the "
                 f"thresholds, wholly below 1 - {line.practical:g} (ab.practical)")
+    why = (f"an interval that straddles 1 - {line.practical:g} (ab.practical)" if line.low is not None or
+           line.high is not None else "an interval with neither end (no side's search bracketed its answer)")
     return (f"the capacity comparison is inconclusive: the candidate serves {words} the baseline's {line.over} "
-            f"within the thresholds, which straddles 1 - {line.practical:g} (ab.practical); narrow the brackets "
-            "(load.search.resolution) or add pairs")
+            f"within the thresholds, {why}; narrow the brackets (load.search.resolution, or a hi that fails) or "
+            "add pairs")
 
 
 def _judge_ab(run_dir: Path) -> Judgement:

@@ -148,12 +148,12 @@ def _x(v: float) -> str:
 
 def interval_words(ratio: float | None, low: float | None, high: float | None) -> str:
     """A ratio with its interval, an end that does not exist said in words: "1.40× (1.30–1.50)",
-    "1.40×, at least 1.30× (no upper end)", "at most 0.80× (no lower end)", "no bound"."""
+    "1.40×, at least 1.30× (no upper end)", "at most 0.80× (no lower end)", "?× (no bound on either end)"."""
     head = "" if ratio is None else _x(ratio)
     if low is not None and high is not None:
         return f"{head} ({low:.2f}–{high:.2f})".strip()
     if low is None and high is None:
-        return f"{head}, no bound on either end".strip(", ") if head else "no bound on either end"
+        return f"{head or '?×'} (no bound on either end)"
     bound = f"at least {_x(low)} (no upper end)" if low is not None else \
         f"at most {_x(high)} (no lower end)" if high is not None else ""
     return f"{head}, {bound}" if head else bound

@@ -66,7 +66,7 @@ def test_a_side_whose_lowest_probe_failed_has_no_answer_and_no_ratio() -> None:
     assert (q.ratio, q.low, q.high) == (None, None, 1 / 8)
     assert interval_words(q.ratio, q.low, q.high) == "at most 0.12× (no lower end)"
     both = capacity_line([("A1", section(None, 1, LOWEST_FAILED))], [("B1", section(None, 1, LOWEST_FAILED))], 0.05)
-    assert both is not None and interval_words(both.ratio, both.low, both.high) == "no bound on either end"
+    assert both is not None and interval_words(both.ratio, both.low, both.high) == "?× (no bound on either end)"
     assert both.decision == "inconclusive"
 
 

@@ -148,7 +148,7 @@ def test_a_candidate_whose_lowest_probe_fails_exits_20_as_a_single_search_would(
     assert (line["ratio"], line["low"], line["high"], line["decision"]) == (None, None, None, "inconclusive")
     assert main(["report", str(run)]) == 20
     out = capsys.readouterr().out
-    assert ("pair 1 (A1, B1): candidate serves no bound on either end the concurrency within the thresholds "
+    assert ("pair 1 (A1, B1): candidate serves ?× (no bound on either end) the concurrency within the thresholds "
             "(baseline none: its lowest probe, 1, failed; candidate none: its lowest probe, 1, failed)") in out
     assert "thresholds (candidate run B1, level 1: its lowest probe, which failed):" in out
 
@@ -170,3 +170,18 @@ def test_a_baseline_whose_lowest_probe_fails_bounds_the_candidate_from_below_onl
     assert ("pair 1 (A1, B1): candidate serves at least 2.00× (no upper end) the concurrency within the thresholds "
             "(baseline none: its lowest probe, 1, failed; candidate 2, its hi, which passed: no failing end)") in out
     assert "over 2 pairs: candidate serves at least 2.00× (no upper end) the concurrency within the thresholds" in out
+
+
+def test_two_sides_that_both_pass_hi_are_inconclusive_and_exit_22(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # both sides pass every probe up to hi (2 in flight, within either's slots): each capacity is only
+    # "at least hi", so the ratio has neither end
+    p = write_ab(tmp_path, "both", {"over": "concurrency", "lo": 1, "hi": 2, "resolution": 0.25},
+                 {"ttft": ["p(50) < 10s"]}, 20)
+    _short(p, STEP["decode_step_us"])
+    assert main(["run", "-q", str(p)]) == 22
+    line = load_json(tmp_path / "out" / "both" / "comparison.json")["capacity"]
+    assert (line["ratio"], line["low"], line["high"], line["decision"]) == (1.0, None, None, "inconclusive")
+    assert ("the capacity comparison is inconclusive: the candidate serves 1.00× (no bound on either end) the "
+            "baseline's concurrency within the thresholds, an interval with neither end (no side's search bracketed "
+            "its answer)") in capsys.readouterr().err
