@@ -245,7 +245,8 @@ def write_report_html(run_dir: Path, j: Judgement) -> Path:
             raise UsageError(f"{run_dir}: the A/B folder holds no finished run of "
                              f"{'the baseline (A)' if not runs['A'] else 'the candidate (B)'}")
         return write_comparison_html({f"baseline ({runs['A'][0].name})": runs["A"][0],
-                                      f"candidate ({runs['B'][0].name})": runs["B"][0]}, run_dir / "report.html")
+                                      f"candidate ({runs['B'][0].name})": runs["B"][0]}, run_dir / "report.html",
+                                     lead="" if j.capacity is None else ab_capacity_text(j.capacity))
     from loadgate.report.html import write_html
 
     return write_html(run_dir)

@@ -122,7 +122,9 @@ def test_a_candidate_with_half_the_slots_regresses_and_a_baseline_that_passed_hi
     # per level, only the probes every run made (2, 4, 8), not the candidate's bisection
     assert list(comparison["levels"]) == ["2", "4", "8"]
     assert load_json(run / "verdict.json")["ab_decision"] == "regressed"
-    assert main(["report", str(run)]) == 21
+    assert main(["report", "--html", str(run)]) == 21
+    html = (run / "report.html").read_text()  # the line heads the HTML report too
+    assert said in capsys.readouterr().out and said in html  # (the last pair's words)
 
 
 def _short(p: Path, base_step_us: float) -> None:
