@@ -18,12 +18,13 @@ that applies winning:
   regressed   21    A/B: the candidate regressed against the baseline
   inconclusive 22   A/B: the runs cannot rule out a change that matters (or a deciding figure
                     could not be compared)
+  passed       0
+
 An A/B of searches (`load.search`) is decided on its capacity line instead of the per-level figures
 (`loadgate.analysis.abcapacity`: 21 when its whole interval lies below 1 - ab.practical, 22 when it
 straddles that), and its thresholds are judged on each candidate run as a single search run's are
 (its answer's level, or its lowest probe, which failing exits 20); verdict.json's thresholds then
 name the candidate run (`run`) beside the level.
-  passed       0
 
 `finish(run_dir)` judges and writes summary.json (each run's), comparison.json (A/B) and
 verdict.json. `loadgate run` prints the verdict and exits with its code; `loadgate report RUN`
@@ -337,7 +338,7 @@ def _judge_ab(run_dir: Path) -> Judgement:
     summaries = {s: [build_summary(d) for d in info["runs"][s]] for s in ab.SIDES}
     profile = load_json(info["runs"]["B"][0] / "meta.json")["profile"] if info["runs"]["B"] else {}
     searched = bool((profile.get("load") or {}).get("search"))
-    line = ab.capacity(run_dir) if searched else None
+    line = ab.capacity(info, summaries) if searched else None
     by_run: list[tuple[str, LevelJudgement]] = []
     if searched:  # an A/B of searches: the capacity line decides, each candidate run judged as a search
         decision = "n/a" if line is None else line.decision

@@ -106,20 +106,18 @@ def shared_levels(summaries: dict[str, list[Summary]]) -> list[str]:
     return [lv for lv in summaries["B"][0].levels if all(lv in s.levels for s in runs)]
 
 
-def capacity(run_dir: Path) -> CapacityLine | None:
-    """The capacity line of an A/B of searches (`loadgate.analysis.abcapacity`), pair i being runs A i
-    and B i (both finished); None when its runs are not searches."""
-    info = load_ab(run_dir)
-    practical = float(info["ab"]["ab"]["practical"])
+def capacity(info: dict[str, Any], summaries: dict[str, list[Summary]]) -> CapacityLine | None:
+    """The capacity line of an A/B of searches (`loadgate.analysis.abcapacity`) from `load_ab`'s
+    info and each side's run summaries in its order, pair i being runs A i and B i (both finished);
+    None when its runs are not searches."""
     sections: dict[str, dict[str, tuple[str, SearchSection]]] = {"A": {}, "B": {}}
-    for side, dirs in info["runs"].items():
-        for d in dirs:
-            section = build_summary(d).search
-            if section is not None:
-                sections[side][d.name[1:]] = (d.name, section)
-    pairs = [k for k in sections["B"] if k in sections["A"]]
-    pairs.sort(key=int)
-    return capacity_line([sections["A"][k] for k in pairs], [sections["B"][k] for k in pairs], practical)
+    for side in SIDES:
+        for d, s in zip(info["runs"][side], summaries[side], strict=True):
+            if s.search is not None:
+                sections[side][d.name[1:]] = (d.name, s.search)
+    pairs = sorted((k for k in sections["B"] if k in sections["A"]), key=int)
+    return capacity_line([sections["A"][k] for k in pairs], [sections["B"][k] for k in pairs],
+                         float(info["ab"]["ab"]["practical"]))
 
 
 def group_power(comps: dict[str, dict[str, FigureComparison]], settings: dict[str, Any], n_a: int,

@@ -125,6 +125,8 @@ def test_a_candidate_with_half_the_slots_regresses_and_a_baseline_that_passed_hi
     assert main(["report", "--html", str(run)]) == 21
     html = (run / "report.html").read_text()  # the line heads the HTML report too
     assert said in capsys.readouterr().out and said in html  # (the last pair's words)
+    assert main(["compare", str(run)]) == 0  # compare prints; it judges nothing
+    assert said in capsys.readouterr().out
 
 
 def _short(p: Path, base_step_us: float) -> None:
