@@ -20,6 +20,12 @@ that applies winning:
                     could not be compared)
   passed       0
 
+An A/B of searches (`load.search`) is decided on its capacity line instead of the per-level figures
+(`loadgate.analysis.abcapacity`: 21 when its whole interval lies below 1 - ab.practical, 22 when it
+straddles that), and its thresholds are judged on each candidate run as a single search run's are
+(its answer's level, or its lowest probe, which failing exits 20); verdict.json's thresholds then
+name the candidate run (`run`) beside the level.
+
 `finish(run_dir)` judges and writes summary.json (each run's), comparison.json (A/B) and
 verdict.json. `loadgate run` prints the verdict and exits with its code; `loadgate report RUN`
 judges the same files again and prints the same verdict with the same code.
@@ -27,11 +33,13 @@ judges the same files again and prints the same verdict with the same code.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loadgate.analysis import ab
+from loadgate.analysis.abcapacity import CapacityLine, interval_words
 from loadgate.analysis.abstats import FigureComparison, comparisons_json
 from loadgate.analysis.search import judged_levels
 from loadgate.analysis.summary import Summary, build_summary
@@ -97,6 +105,7 @@ class Judgement:
     ab_settings: dict[str, Any] | None = None
     ab_info: dict[str, Any] | None = None
     side_summaries: dict[str, list[Summary]] | None = None
+    capacity: CapacityLine | None = None  # an A/B of searches: its capacity line
 
 
 def _stopped(run_dir: Path) -> Verdict | None:
@@ -293,6 +302,32 @@ def cache_mismatch(summaries: dict[str, list[Summary]]) -> str | None:
             "cache state, not configurations (workload.cache: fresh, or reset the engine's cache between runs)")
 
 
+def _searched_thresholds(thresholds: dict[str, Any], runs: list[tuple[str, Summary]]) -> list[tuple[str, LevelJudgement]]:
+    """An A/B of searches: each candidate run (its name) judged as a single run of a search is (its
+    answer's level, or its lowest probe when that failed)."""
+    judged = []
+    for name, s in runs:
+        levels = judge_thresholds(thresholds, s.levels)
+        keep = judged_levels({j.level: all(o.passed for o in j.outcomes) for j in levels})
+        for j in levels:
+            if j.level in keep:
+                what = "its search's answer" if all(o.passed for o in j.outcomes) else "its lowest probe, which failed"
+                judged.append((name, dataclasses.replace(j, where=f"candidate run {name}, level {j.level}: {what}")))
+    return judged
+
+
+def _capacity_message(line: CapacityLine) -> str:
+    words = interval_words(line.ratio, line.low, line.high)
+    if line.decision == "regressed":
+        return (f"the candidate's capacity regressed: it serves {words} the baseline's {line.over} within the "
+                f"thresholds, wholly below 1 - {line.practical:g} (ab.practical)")
+    why = (f"an interval that straddles 1 - {line.practical:g} (ab.practical)" if line.low is not None or
+           line.high is not None else "an interval with neither end (no side's search bracketed its answer)")
+    return (f"the capacity comparison is inconclusive: the candidate serves {words} the baseline's {line.over} "
+            f"within the thresholds, {why}; narrow the brackets (load.search.resolution, or a hi that fails) or "
+            "add pairs")
+
+
 def _judge_ab(run_dir: Path) -> Judgement:
     stopped = _stopped(run_dir)
     if stopped is not None:
@@ -302,20 +337,33 @@ def _judge_ab(run_dir: Path) -> Judgement:
     decision = ab.verdict(comps, list(settings["decide_on"]))
     summaries = {s: [build_summary(d) for d in info["runs"][s]] for s in ab.SIDES}
     profile = load_json(info["runs"]["B"][0] / "meta.json")["profile"] if info["runs"]["B"] else {}
-    judged = judge_thresholds(profile.get("thresholds") or {}, ab.median_run(info["runs"]["B"]),
-                              ab.median_run(info["runs"]["A"]))
+    searched = bool((profile.get("load") or {}).get("search"))
+    line = ab.capacity(info, summaries) if searched else None
+    by_run: list[tuple[str, LevelJudgement]] = []
+    if searched:  # an A/B of searches: the capacity line decides, each candidate run judged as a search
+        decision = "n/a" if line is None else line.decision
+        by_run = _searched_thresholds(profile.get("thresholds") or {},
+                                      list(zip([d.name for d in info["runs"]["B"]], summaries["B"], strict=True)))
+        judged = [j for _, j in by_run]
+    else:
+        judged = judge_thresholds(profile.get("thresholds") or {}, ab.median_run(info["runs"]["B"]),
+                                  ab.median_run(info["runs"]["A"]))
     invalid = [p for side in summaries.values() for s in side for lv in s.levels.values() for p in lv.invalid]
     unverified = bool(info["ab"].get("unverified"))
     code, outcome, message = _decide(invalid, unverified, judged, decision,
                                      ab.regressed_in(comps, list(settings["decide_on"])))
+    if line is not None and code in (Exit.REGRESSED, Exit.INCONCLUSIVE) and decision in ("regressed", "inconclusive"):
+        message = _capacity_message(line)
     mismatch = cache_mismatch(summaries)
     if mismatch and code in (0, 21, 22):
         code, outcome, message, decision = Exit.INCONCLUSIVE, Exit.INCONCLUSIVE.outcome, mismatch, "inconclusive"
     sides = ", ".join(f"{name} {_exactness_of(run_dir / f'check-{name}') or 'not run'}" for name in ab.SIDES.values())
-    v = Verdict(code, outcome, message, "ab", sides, invalid, judged_json(judged), decision,
+    judged_doc = judged_json(judged) if not searched else [
+        {"run": name, **x} for name, j in by_run for x in judged_json([j])]
+    v = Verdict(code, outcome, message, "ab", sides, invalid, judged_doc, decision,
                 caveats=sampling_caveats(profile))
     return Judgement(v, thresholds=judged, comparisons=comps, ab_settings=settings, ab_info=info,
-                     side_summaries=summaries)
+                     side_summaries=summaries, capacity=line)
 
 
 def finish(run_dir: Path) -> Judgement:
@@ -330,6 +378,7 @@ def finish(run_dir: Path) -> Judgement:
                 dump_json(d / "summary.json", s.to_json())
         dump_json(run_dir / "comparison.json", {
             "levels": {lv: comparisons_json(c) for lv, c in j.comparisons.items()}, "verdict": j.verdict.ab_decision,
-            "thresholds": j.verdict.thresholds, "settings": j.ab_settings})
+            "thresholds": j.verdict.thresholds, "settings": j.ab_settings,
+            **({} if j.capacity is None else {"capacity": j.capacity.to_json()})})
     dump_json(run_dir / "verdict.json", j.verdict.to_json())
     return j

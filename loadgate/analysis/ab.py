@@ -7,7 +7,10 @@ Layout of an A/B run folder:
   check-baseline/        the baseline engine's exactness check (report, bundles, attestation)
   check-candidate/       the candidate's
   A1 … An, B1 … Bn       one ordinary run folder per run (A: baseline, B: candidate)
-  comparison.json        run-level statistics, decisions, verdict, thresholds
+  comparison.json        run-level statistics, decisions, verdict, thresholds; `capacity`, the
+                         capacity line of an A/B of searches (`loadgate.analysis.abcapacity`; absent
+                         otherwise), whose per-level statistics cover only the loads every run of
+                         both sides probed (`shared_levels`)
 Runs go in pairs; within each pair the order is drawn from `ab.order_seed`, so slow drift of the
 machine or the engines hits both sides alike. Every run sends the same seeded request list.
 """
@@ -18,8 +21,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from loadgate.analysis.abcapacity import CapacityLine, capacity_line
 from loadgate.analysis.abstats import FigureComparison, compare_summaries, overall, worst
-from loadgate.analysis.summary import GROUP_FIELDS, LevelSummary, build_summary
+from loadgate.analysis.capacity import SearchSection
+from loadgate.analysis.summary import GROUP_FIELDS, LevelSummary, Summary, build_summary
 from loadgate.jsonutil import load_json
 
 SIDES = {"A": "baseline", "B": "candidate"}
@@ -70,6 +75,8 @@ def comparisons(run_dir: Path) -> tuple[dict[str, dict[str, FigureComparison]], 
     ab = info["ab"]["ab"]
     summaries = {s: [build_summary(d) for d in info["runs"][s]] for s in SIDES}
     levels = list(summaries["B"][0].levels) if summaries["B"] else []
+    if any(s.search is not None for side in summaries.values() for s in side):
+        levels = shared_levels(summaries)
     out = {}
     for lv in levels:
         a = [s.levels[lv] for s in summaries["A"] if lv in s.levels]
@@ -87,6 +94,30 @@ def comparisons(run_dir: Path) -> tuple[dict[str, dict[str, FigureComparison]], 
                                           practical_ms=ab["practical_ms"], confidence=ab["confidence"])
                 out[group_key(lv, field, v)] = {k: c for k, c in comps.items() if k not in WINDOW_FIGURES}
     return out, ab
+
+
+def shared_levels(summaries: dict[str, list[Summary]]) -> list[str]:
+    """The levels every run of both sides ran, in the order of the candidate's first run: an A/B of
+    searches compares per level only the loads every search probed (each side's search picks its own
+    loads after its first failure; a level some runs lack would compare unequal numbers of runs)."""
+    runs = [s for side in summaries.values() for s in side]
+    if not runs or not summaries["B"]:
+        return []
+    return [lv for lv in summaries["B"][0].levels if all(lv in s.levels for s in runs)]
+
+
+def capacity(info: dict[str, Any], summaries: dict[str, list[Summary]]) -> CapacityLine | None:
+    """The capacity line of an A/B of searches (`loadgate.analysis.abcapacity`) from `load_ab`'s
+    info and each side's run summaries in its order, pair i being runs A i and B i (both finished);
+    None when its runs are not searches."""
+    sections: dict[str, dict[str, tuple[str, SearchSection]]] = {"A": {}, "B": {}}
+    for side in SIDES:
+        for d, s in zip(info["runs"][side], summaries[side], strict=True):
+            if s.search is not None:
+                sections[side][d.name[1:]] = (d.name, s.search)
+    pairs = sorted((k for k in sections["B"] if k in sections["A"]), key=int)
+    return capacity_line([sections["A"][k] for k in pairs], [sections["B"][k] for k in pairs],
+                         float(info["ab"]["ab"]["practical"]))
 
 
 def group_power(comps: dict[str, dict[str, FigureComparison]], settings: dict[str, Any], n_a: int,

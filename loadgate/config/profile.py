@@ -1000,9 +1000,12 @@ class Profile:
         if not self.thresholds:
             return [("load.search", "a search judges each probe on the profile's thresholds: add some "
                      "(e.g. thresholds: {ttft: [\"p(90) < 500ms\"]}); none are set")]
-        if self.ab is not None:
-            return [("load.search", "a search and an A/B in one run are not built yet: search each engine in "
-                     "its own run")]
+        relative = next((f"{m}: \"{text}\"" for m, texts in self.threshold_texts().items() for text in texts
+                         if parse(m, text).baseline), None)
+        if relative is not None:
+            return [("thresholds", f"{relative} reads the baseline, but a search judges each probe within its own "
+                     "run, where there is none; give a fixed limit (an A/B of searches compares their answers: "
+                     "docs/capacity.md)")]
         if self.workload.sessions is not None:
             return [("load.search", "a search sends requests, not conversations: no workload.sessions")]
         n = self.workload.request_count

@@ -2,12 +2,14 @@
 row per probe in the order they ran (its load, its verdict, and each threshold's figure with its 95 %
 confidence interval, the threshold and its limit in the column's head). The console prints it in
 place of `table.capacity_table`'s pick of the best listed level; the HTML report renders the same
-cells as a table beside the plot (`loadgate.report.search_plot`)."""
+cells as a table beside the plot (`loadgate.report.search_plot`). An A/B of searches gets the capacity
+line instead (`ab_capacity_text`): per pair and combined, the ratio of the answers with its interval."""
 
 from __future__ import annotations
 
 from tabulate import tabulate
 
+from loadgate.analysis.abcapacity import COMBINE_RULE, CapacityLine, PairCapacity, Side, interval_words
 from loadgate.analysis.capacity import (
     BELOW_HI,
     HI_PASSED,
@@ -106,3 +108,35 @@ def search_text(section: SearchSection) -> str:
     table = tabulate(rows(section), headers=["probe", section.over, "verdict", *heads(section)], tablefmt="simple",
                      disable_numparse=True)
     return f"capacity (search over {section.over}):\n{answer_line(section)}\n{table}\n{interval_note(section)}"
+
+
+def _load(over: str, load: float | None) -> str:
+    return "n/a" if load is None else f"{load:g} req/s" if over == "rate" else f"{load:g}"
+
+
+def side_words(over: str, name: str, s: Side) -> str:
+    """One side's search in a pair: "baseline 48 req/s, bracket 48–52 req/s", or why an end is missing."""
+    if s.ended == HI_PASSED:
+        return f"{name} {_load(over, s.answer)}, its hi, which passed: no failing end"
+    if s.ended == LOWEST_FAILED:
+        return f"{name} none: its lowest probe, {_load(over, s.failing)}, failed"
+    if s.ended == STOPPED:
+        return f"{name} stopped before its answer (highest passing so far {_load(over, s.passing)})"
+    return f"{name} {_load(over, s.answer)}, bracket {s.passing:g}–{_load(over, s.failing)}"
+
+
+def pair_words(over: str, p: PairCapacity) -> str:
+    """e.g. "candidate serves 1.40× (1.30–1.50) the rate within the thresholds (baseline …; candidate …)"."""
+    return (f"candidate serves {interval_words(p.ratio, p.low, p.high)} the {over} within the thresholds "
+            f"({side_words(over, 'baseline', p.baseline)}; {side_words(over, 'candidate', p.candidate)})")
+
+
+def ab_capacity_text(line: CapacityLine) -> str:
+    """The capacity section of an A/B of searches: each pair's line, then the combined line and its decision."""
+    rows = [f"pair {p.pair} ({p.baseline.run}, {p.candidate.run}): {pair_words(line.over, p)}" for p in line.pairs]
+    floor = 1 - line.practical
+    combined = (f"over {len(line.pairs)} pairs: candidate serves {interval_words(line.ratio, line.low, line.high)} "
+                f"the {line.over} within the thresholds ({COMBINE_RULE})")
+    decision = (f"capacity decision: {line.decision} (regressed when the whole interval lies below {floor:g}, "
+                f"1 - ab.practical; inconclusive when it straddles {floor:g})")
+    return "\n".join([f"capacity (A/B of searches over {line.over}):", *rows, combined, decision])

@@ -289,10 +289,11 @@ def write_html(run_dir: Path, out: Path | None = None) -> Path:
     return out
 
 
-def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
+def write_comparison_html(labelled: Mapping[str, Path], out: Path, lead: str = "") -> Path:
     """Write an A-vs-B report for labelled run folders (e.g. {"baseline": a, "candidate": b}): the
     same plots with one series per run (per run and level when a run has several levels), PNGs in
-    `<out stem>-plots/` beside `out`, and the runs' level tables side by side. Returns `out`."""
+    `<out stem>-plots/` beside `out`, and the runs' level tables side by side; `lead`, preformatted
+    text under the title (an A/B of searches: its capacity line). Returns `out`."""
     out = Path(out)
     series: dict[str, list[Record]] = {}
     sweeps: dict[str, list[tuple[float, LevelSummary]]] = {}
@@ -320,6 +321,7 @@ def write_comparison_html(labelled: Mapping[str, Path], out: Path) -> Path:
     title = " vs ".join(labelled)
     body = (f"<h1>loadgate comparison: {escape(title)}</h1><p class=\"meta\">"
             + " · ".join(f"{escape(k)}: {escape(Path(v).name)}" for k, v in labelled.items()) + "</p>"
+            + (f"<pre>{escape(lead)}</pre>" if lead else "")
             + "<h2>Plots</h2>" + "".join(_img(p, name) for name, p in made)
             + f"<h2>Summaries</h2><div class=\"cols\">{''.join(columns)}</div>")
     out.parent.mkdir(parents=True, exist_ok=True)

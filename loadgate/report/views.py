@@ -25,7 +25,7 @@ from loadgate.errors import UsageError
 from loadgate.jsonutil import clean, load_json
 from loadgate.records import Record, read_records
 from loadgate.report import compare_table as ct
-from loadgate.report.capacity import search_text
+from loadgate.report.capacity import ab_capacity_text, search_text
 from loadgate.report.exactness import report_text
 from loadgate.report.table import (
     capacity_table,
@@ -78,14 +78,15 @@ def _ab_exactness(run_dir: Path) -> str:
     return "\n\n".join(parts)
 
 
-def ab_stamps(info: dict[str, Any]) -> list[str]:
-    """Per level, each side's stamp bound over its runs: the worst run's stated p99 and the range of
-    the share of chunks that shared a read (the validity of every run is judged on the former)."""
+def ab_stamps(info: dict[str, Any], levels: list[str] | None = None) -> list[str]:
+    """Per level (of `levels` where given: those an A/B of searches compares), each side's stamp bound
+    over its runs: the worst run's stated p99 and the range of the share of chunks that shared a read
+    (the validity of every run is judged on the former)."""
     per: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for side in ("A", "B"):
         for d in info["runs"][side]:
             for lv, ls in build_summary(d).levels.items():
-                if ls.client_health.stamp_bound:
+                if ls.client_health.stamp_bound and (levels is None or lv in levels):
                     per.setdefault(lv, {"A": [], "B": []})[side].append(ls.client_health.stamp_bound)
     out = []
     for lv, sides in per.items():
@@ -105,22 +106,38 @@ def render_ab(j: Judgement, fmt: str) -> str:
     assert j.comparisons is not None and j.ab_info is not None
     comps, info = j.comparisons, j.ab_info
     n_a, n_b = len(info["runs"]["A"]), len(info["runs"]["B"])
+    line = j.capacity
     if fmt == "json":
         return orjson.dumps(clean({"outcome": j.verdict.to_json(), "verdict": j.verdict.ab_decision,
-                                   "levels": {lv: comparisons_json(c) for lv, c in comps.items()}}),
+                                   "levels": {lv: comparisons_json(c) for lv, c in comps.items()},
+                                   **({} if line is None else {"capacity": line.to_json()})}),
                             option=orjson.OPT_INDENT_2).decode()
     parts = [_render_comps(c, fmt, n_a, n_b, f"level {lv}: candidate (B) vs baseline (A), order "
                            f"{' '.join(info['ab']['order'])}") for lv, c in comps.items()]
+    if line is not None and fmt in ("table", "markdown"):
+        cap = ab_capacity_text(line)
+        parts.insert(0, f"```text\n{cap}\n```" if fmt == "markdown" else cap)
+        parts.insert(1, searched_levels_note(list(comps)))
     text = "\n\n".join(parts) + (f"\n\nverdict: {j.verdict.ab_decision}" if fmt in ("table", "markdown") else "")
     if fmt == "table" and j.ab_settings:
         st = j.ab_settings
-        text += (f"\ndecided on {', '.join(st['decide_on'])}; practical change {st['practical']:.0%}, "
-                 f"alpha {st['alpha']}")
+        text += (f"\ndecided on {'the capacity line' if line is not None else ', '.join(st['decide_on'])}; "
+                 f"practical change {st['practical']:.0%}" + ("" if line is not None else f", alpha {st['alpha']}"))
     if fmt in ("table", "markdown"):
-        text += "".join("\n" + line for line in ab_stamps(info))
+        text += "".join("\n" + x for x in ab_stamps(info, None if line is None else list(comps)))
         if j.ab_settings and (power := ab.group_power(comps, j.ab_settings, n_a, n_b)):
             text += "\n" + power
     return text
+
+
+def searched_levels_note(levels: list[str]) -> str:
+    """Which levels an A/B of searches compares figure by figure, and why only those."""
+    levels = [lv for lv in levels if not ab.is_group(lv)]
+    why = "each side's search chose its own loads after its first failure, so the figures are compared only at"
+    if not levels:
+        return f"per level: {why} loads every run of both sides probed, and there is none: no per-level table"
+    return (f"per level: {why} the loads every run of both sides probed ({', '.join(levels)}); the verdict reads "
+            "the capacity line")
 
 
 def outcome_line(j: Judgement, fmt: str) -> str:
@@ -234,7 +251,8 @@ def write_report_html(run_dir: Path, j: Judgement) -> Path:
             raise UsageError(f"{run_dir}: the A/B folder holds no finished run of "
                              f"{'the baseline (A)' if not runs['A'] else 'the candidate (B)'}")
         return write_comparison_html({f"baseline ({runs['A'][0].name})": runs["A"][0],
-                                      f"candidate ({runs['B'][0].name})": runs["B"][0]}, run_dir / "report.html")
+                                      f"candidate ({runs['B'][0].name})": runs["B"][0]}, run_dir / "report.html",
+                                     lead="" if j.capacity is None else ab_capacity_text(j.capacity))
     from loadgate.report.html import write_html
 
     return write_html(run_dir)

@@ -91,6 +91,10 @@ CASES: dict[str, Case] = {
     "abort_on_fail_in_an_ab_run": Case(
         "ab:\n  baseline: {endpoint: embedded}\nthresholds:\n  ttft: [{threshold: \"p(50) < 1s\", abort_on_fail: true}]\n",
         4, "thresholds.ttft[0].abort_on_fail", "abort_on_fail in an A/B run is not built yet"),
+    "search_with_a_threshold_relative_to_the_baseline": Case(
+        "load:\n  search: {over: rate, lo: 1, hi: 8, resolution: 0.1}\nthresholds: {ttft: [\"p(50) < baseline * 1.1\"]}\n",
+        3, "thresholds", "ttft: \"p(50) < baseline * 1.1\" reads the baseline, but a search judges each probe "
+        "within its own run, where there is none; give a fixed limit"),
     "search_without_thresholds": Case(
         "load:\n  search: {over: rate, lo: 1, hi: 8, resolution: 0.1}\n", 2, "load.search",
         "a search judges each probe on the profile's thresholds: add some"),
@@ -366,3 +370,12 @@ def test_a_slice_not_shorter_than_a_timed_traces_window_is_refused() -> None:
         "each level would be one slice, its own figures; give a shorter slice")]
     assert Profile(workload=trace, load=load, report=Report(slice_s=4.9)).check() == []
     assert Profile(load=Load(concurrency=2), report=Report(slice_s=1e6)).check() == []  # a length unknown beforehand
+
+
+def test_a_search_in_an_ab_profile_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # (refused until each run of an A/B could be a whole search: docs/capacity.md, the A/B capacity line)
+    path = tmp_path / "ab-search.yaml"
+    path.write_text("target: {endpoint: embedded}\nab: {baseline: {endpoint: embedded}}\n"
+                    "load:\n  search: {over: rate, lo: 1, hi: 8, resolution: 0.1}\nthresholds: {ttft: [\"p(50) < 1s\"]}\n")
+    code, out, err = _validate(path, capsys)
+    assert (code, err) == (0, "")
