@@ -9,11 +9,16 @@ against `baseline` (the baseline's figure exists only after its run) cannot abor
 
 Sample rule: a distribution is judged once it holds 10 / (1 - q/100) samples for its `p(q)`
 (`loadgate.core.probes`: p50 20, p90 100, p99 1,000; a mean, min or max counts as p50), failed
-requests included for an `_error_adjusted` figure; `errors rate` once 20 requests finished; `errors
+requests included for an `_error_adjusted` figure; `errors rate < r` (or `<= r`) once 10 / r requests
+finished, at least 20 (the same rule: r is the p(100 - r) of the failure indicator, so the limit
+allows 10 failures and one early failure of a healthy server does not abort it: 1 of 20 reads 5 %),
+at once for r = 0 (`rate == 0` too: a failure fails it whatever follows), another rate comparison from 20; `errors
 count` from the first (a count only grows).
 """
 
 from __future__ import annotations
+
+import math
 
 from loadgate.core import probes
 from loadgate.core.thresholds import Threshold, metric_is_distribution
@@ -33,5 +38,12 @@ def refusal(t: Threshold) -> str | None:
 def samples_needed(t: Threshold) -> int:
     """Samples (requests for `errors`) a level holds before `t` is judged on it as it runs."""
     if t.metric == "errors":
-        return 1 if t.aggregation == "count" else probes.requests_needed(50.0)
+        if t.aggregation == "count":
+            return 1
+        least = probes.requests_needed(50.0)
+        if t.value is not None and t.value <= 0 and t.comparator in ("<", "<=", "=="):
+            return 1
+        if t.value is not None and t.comparator in ("<", "<="):
+            return max(least, math.ceil(round(10 / t.value, 6)))
+        return least
     return probes.requests_needed(probes.quantile_of(t))

@@ -16,6 +16,7 @@ counter without a `_total` suffix, and prometheus_client's parser adds one: both
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -108,9 +109,10 @@ def window_figures(readings: Sequence[GpuReading], start_ns: int, end_ns: int,
                    output_tokens: int | None) -> dict[str, Any]:
     """Per GPU, the figures of the window [start_ns, end_ns]: utilisation and power (mean and max of
     the readings inside it), memory in use (max), energy (the counter's rise between the last
-    reading at or before the window's start and the first at or after its end, or, without a
-    counter, power integrated by the trapezoid rule between the first and last readings inside the
-    window, which leaves out the edges: `energy_source` says which)
+    reading at or before the window's start and the first at or after its end, its value at the
+    window's edges interpolated linearly between the readings around each, or, without a counter,
+    power integrated by the trapezoid rule over the window, linear between readings, the edges
+    interpolated, over the part of the window the readings span: `energy_source` says which)
     and, summed over the GPUs, joules per output token of the window. A figure no reading gave is
     None, with the source's reason in `absent`."""
     gpus: dict[str, list[GpuReading]] = {}
@@ -155,19 +157,28 @@ def _process_max(readings: Sequence[GpuReading]) -> dict[str, int]:
 
 def _energy(rs: Sequence[GpuReading], start_ns: int, end_ns: int) -> tuple[float | None, str | None]:
     """The energy one GPU used over the window, and how it was found ("counter" or "power")."""
-    counted = [r for r in rs if r.energy_j is not None]
-    before = [r for r in counted if r.t_ns <= start_ns]
-    after = [r for r in counted if r.t_ns >= end_ns]
-    if before and after and after[0].energy_j is not None and before[-1].energy_j is not None:
-        rise = after[0].energy_j - before[-1].energy_j
-        if rise >= 0:  # a counter that went back (a driver reload) says nothing
-            return rise, "counter"
-    powered = [r for r in rs if r.power_w is not None and start_ns <= r.t_ns <= end_ns]
-    if len(powered) >= 2:
-        joules = 0.0
-        for a, b in zip(powered, powered[1:], strict=False):
-            assert a.power_w is not None and b.power_w is not None
-            joules += (a.power_w + b.power_w) / 2 * (b.t_ns - a.t_ns) / 1e9
-        if math.isfinite(joules):
-            return joules, "power"
+    import numpy as np
+
+    counted = [(r.t_ns, r.energy_j) for r in rs if r.energy_j is not None]
+    ts = [t for t, _ in counted]
+    if counted and ts[0] <= start_ns and ts[-1] >= end_ns:
+        # the counter's value at the window's edges, interpolated between the readings around each
+        # (the readings' own rise would count up to an interval of energy outside on each side)
+        joules = [e for _, e in counted]
+        at = np.interp([start_ns, end_ns], ts, joules)
+        around = joules[bisect.bisect_right(ts, start_ns) - 1:bisect.bisect_left(ts, end_ns) + 1]
+        if all(b >= a for a, b in zip(around, around[1:], strict=False)):  # a counter that went back (a
+            return float(at[1] - at[0]), "counter"  # driver reload) says nothing
+    powered = [(r.t_ns, r.power_w) for r in rs if r.power_w is not None]
+    lo = max(start_ns, powered[0][0]) if powered else 0
+    hi = min(end_ns, powered[-1][0]) if powered else 0
+    if hi > lo:
+        # power, linear between readings (each edge interpolated from the readings around it), over the
+        # part of the window the readings span
+        pt, pw = [t for t, _ in powered], [w for _, w in powered]
+        xs = np.array([lo, *(t for t in pt if lo < t < hi), hi], dtype=np.float64)
+        ws = np.interp(xs, pt, pw)
+        joules_p = float(np.sum((ws[1:] + ws[:-1]) / 2 * np.diff(xs)) / 1e9)  # (np.trapezoid: numpy 2 only)
+        if math.isfinite(joules_p):
+            return joules_p, "power"
     return None, None

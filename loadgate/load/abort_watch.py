@@ -13,7 +13,8 @@ kind `aborted`; with worker processes those in flight finish, as after the break
 added to the receive loop but that task's wake every `POLL_S`; the watcher runs at a lower priority
 (`NICE`), so that on a machine short of cores the receive loop is not the one that waits.
 
-A level's watch ends when its measured phase does (`AbortWatch.end`, under the flag's lock): a
+The watcher ends when the parent sends its end (`AbortWatch.close`) or, a run killed outright, when it
+sees the parent gone (within a poll). A level's watch ends when its measured phase does (`AbortWatch.end`, under the flag's lock): a
 threshold that fails only on the level's last requests is judged at its end, like any other.
 """
 
@@ -162,6 +163,7 @@ def _watch(ws: list[Watched], stream: bool, run_dir_s: str, inbox: Any, active: 
     from loadgate.engine.adapters import adapter_for  # noqa: F401 - (the same)
 
     run_dir = Path(run_dir_s)
+    parent = mp.parent_process()  # a run killed outright (SIGKILL) never sends the end: its death ends this
     ready.value = 1
     level: _Level | None = None
     while True:
@@ -169,7 +171,7 @@ def _watch(ws: list[Watched], stream: bool, run_dir_s: str, inbox: Any, active: 
             msg = inbox.get(timeout=POLL_S)
         except queue.Empty:
             msg = ()
-        if msg is None:
+        if msg is None or (parent is not None and not parent.is_alive()):
             break
         if msg:
             if level is not None:

@@ -73,14 +73,43 @@ def test_errors_count_from_the_first_failure_and_rate_from_twenty_requests() -> 
     trip = count.check(0.1)
     assert trip is not None and trip.outcome.measured == 1.0 and trip.requests == 2
 
-    rate = SoFar([Watched(parse("errors", "rate < 10%"))])
+    rate = SoFar([Watched(parse("errors", "rate < 50%"))])
     for k in range(19):
-        rate.add(failed() if k < 5 else ok(5.0))
-    assert rate.check(1.0) is None  # 5 of 19 failed, but 20 requests are needed
+        rate.add(failed() if k < 15 else ok(5.0))
+    assert rate.check(1.0) is None  # 15 of 19 failed, but 20 requests are needed
     rate.add(ok(5.0))
     trip = rate.check(1.0)
-    assert trip is not None and trip.outcome.measured == 5 / 20
-    assert trip.words.endswith("on the 20 requests finished so far: 25.00% against 10.00%")
+    assert trip is not None and trip.outcome.measured == 15 / 20
+    assert trip.words.endswith("on the 20 requests finished so far: 75.00% against 50.00%")
+
+
+def test_an_errors_rate_is_judged_once_its_limit_allows_ten_failures() -> None:
+    """`rate < r` is judged from 10 / r requests (the failure indicator's p(100 - r) rule), not 20:
+    judged from 20, one early failure of a healthy server (0.3 % failing: its level's rate passes
+    1 % but for about 1 run in 1,000) read 5 % against 1 % and aborted about 3 runs in 10 of 1,000
+    requests judged after each one."""
+    rate = SoFar([Watched(parse("errors", "rate < 1%"))])
+    rate.add(failed())
+    for _ in range(998):
+        rate.add(ok(5.0))
+    assert rate.check(10.0) is None  # 1 of 999: not judged before 1,000 requests
+    rate.add(ok(5.0))
+    assert rate.check(10.0) is None  # 1 of 1,000 passes
+    broken = SoFar([Watched(parse("errors", "rate < 1%"))])
+    for k in range(1000):
+        broken.add(failed() if k % 2 else ok(5.0))
+    trip = broken.check(10.0)
+    assert trip is not None and trip.outcome.measured == 0.5 and trip.requests == 1000
+    tenth = SoFar([Watched(parse("errors", "rate < 10%"))])
+    for k in range(99):
+        tenth.add(failed() if k < 20 else ok(5.0))
+    assert tenth.check(1.0) is None  # 100 requests for 10 %
+    tenth.add(ok(5.0))
+    trip = tenth.check(1.0)
+    assert trip is not None and trip.outcome.measured == 0.2
+    zero = SoFar([Watched(parse("errors", "rate == 0"))])  # a first failure fails it whatever follows
+    zero.add(failed())
+    assert zero.check(0.1) is not None
 
 
 def test_ttfa_reads_ttft_where_no_request_reasoned() -> None:

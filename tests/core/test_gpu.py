@@ -121,3 +121,22 @@ def test_without_the_library_or_the_driver_nvml_says_why_there_are_no_readings()
 
     nvml, why = open_nvml(NoDriver())
     assert nvml is None and why == "NVML did not start: NVML Shared Library Not Found"
+
+
+def test_a_windows_energy_is_the_counters_rise_over_the_window_itself_not_to_the_readings_around_it():
+    """Readings each second, the GPU at 100 W until 5 s then 500 W; the window [5.5 s, 7.5 s] used
+    500 W x 2 s = 1,000 J. The counter's rise from the reading before it (5 s) to the one after (8 s)
+    is 1,500 J (a reading interval on each side counted in); its value interpolated at the window's
+    edges gives the 1,000 J. Without a counter, power integrated over the window, its edges
+    interpolated, gives them too (the readings inside alone, 6 s and 7 s: 500 J)."""
+    def reading(k: int, counter: bool) -> GpuReading:
+        energy = 100.0 * min(k, 5) + 500.0 * max(k - 5, 0)
+        return GpuReading(t_ns=k * S, gpu="0", power_w=100.0 if k < 5 else 500.0,
+                          energy_j=energy if counter else None, absent={} if counter else {"energy_j": "x"})
+
+    for counter, source in ((True, "counter"), (False, "power")):
+        fig = window_figures([reading(k, counter) for k in range(11)], 5 * S + S // 2, 7 * S + S // 2,
+                             output_tokens=500)
+        g0 = fig["gpus"]["0"]
+        assert g0["energy_source"] == source and g0["energy_j"] == pytest.approx(1000.0), (source, g0["energy_j"])
+        assert fig["joules_per_output_token"] == pytest.approx(2.0)

@@ -67,3 +67,40 @@ def test_nothing_trips_for_a_phase_that_ended(tmp_path: Path) -> None:
         measured.close()
     finally:
         watch.close()
+
+
+def test_the_watcher_ends_when_the_run_is_killed(tmp_path: Path) -> None:
+    """A run killed outright (SIGKILL: a CI job's timeout) runs no `close`: the watcher, which polled
+    its inbox for ever, outlived it; it now sees its parent gone and ends within a few polls."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    code = ("import sys, time; from pathlib import Path; from tests.load.test_abort_watch import profile; "
+            "from loadgate.load.abort_watch import AbortWatch; "
+            f"w = AbortWatch(profile(), Path({str(tmp_path)!r})); print(w.proc.pid, flush=True); time.sleep(600)")
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None
+        pid = int(run.stdout.readline())
+        watcher = psutil.Process(pid)
+        assert watcher.is_running()
+    finally:
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        assert run.stdout is not None
+        run.stdout.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if watcher.status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(POLL_S)
+    else:
+        watcher.kill()
+        raise AssertionError("the watcher outlived its killed run")
