@@ -41,7 +41,7 @@ from typing import Any
 from loadgate.analysis import ab
 from loadgate.analysis.abcapacity import CapacityLine, interval_words
 from loadgate.analysis.abstats import FigureComparison, comparisons_json
-from loadgate.analysis.search import judged_levels
+from loadgate.analysis.search import deciding_levels, judged_levels
 from loadgate.analysis.summary import Summary, build_summary
 from loadgate.core.thresholds import LevelJudgement, judged_json
 from loadgate.core.thresholds import judge as judge_thresholds
@@ -201,17 +201,23 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     summary = build_summary(run_dir)
     meta = load_json(run_dir / "meta.json")
     judged = judge_thresholds((meta.get("profile") or {}).get("thresholds") or {}, summary.levels)
+    invalid_levels = list(summary.levels)
+    caveats = sampling_caveats(meta.get("profile") or {})
     if ((meta.get("profile") or {}).get("load") or {}).get("search"):  # a search: its answer's level only
-        keep = judged_levels({j.level: all(o.passed for o in j.outcomes) for j in judged})
+        passed = {j.level: all(o.passed for o in j.outcomes) for j in judged}
+        keep = judged_levels(passed)
         judged = [j for j in judged if j.level in keep]
-    invalid = [p for s in summary.levels.values() for p in s.invalid]
+        invalid_levels = deciding_levels(passed)  # the probes the bracket rests on
+        caveats += [f"probe {lv} was INVALID (its level says why), but the answer's bracket does not rest on it"
+                    for lv in summary.levels if lv not in invalid_levels and summary.levels[lv].invalid]
+    invalid = [p for lv in invalid_levels for p in summary.levels[lv].invalid]
     code, outcome, message = _decide(invalid, summary.unverified, judged, None)
     if summary.damage:
         code, outcome, message = Exit.DAMAGED, Exit.DAMAGED.outcome, "run folder damaged: " + Damage(**summary.damage).words()
     if stopped is not None:  # interrupted: the figures of what finished, and the signal's code
         code, outcome, message = stopped.code, stopped.outcome, stopped.message
     v = Verdict(code, outcome, message, "run", "not run" if summary.unverified else _exactness_of(run_dir),
-                invalid, judged_json(judged), caveats=sampling_caveats(meta.get("profile") or {}))
+                invalid, judged_json(judged), caveats=caveats)
     return Judgement(v, summary=summary, thresholds=judged)
 
 

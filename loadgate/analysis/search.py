@@ -104,3 +104,22 @@ def judged_levels(passed: Mapping[str, bool]) -> list[str]:
     if best is None:
         return keys[:1]
     return [next(lv for lv in keys if float(lv) == best)]
+
+
+def deciding_levels(passed: Mapping[str, bool]) -> list[str]:
+    """Of a search's probes (level key -> every threshold passed, in the order they ran), those its
+    answer rests on: the bracket's two ends (the last passing load and the first failing one above
+    it), or the first probe alone when it failed. A probe elsewhere (a failure above the first
+    failing load, a pass below the last passing one) moves neither end, so its validity does not
+    decide the run's."""
+    probes = [Probe(float(lv), ok) for lv, ok in passed.items()]
+    keys = list(passed)
+    if lowest_fails_any(probes):
+        return keys[:1]
+    b = bracket(probes)
+    return [lv for lv in keys if float(lv) in (b.passing, b.failing)]
+
+
+def lowest_fails_any(probes: Sequence[Probe]) -> bool:
+    """The first probe failed (the search ends there)."""
+    return bool(probes) and not probes[0].passed

@@ -3,6 +3,7 @@ run goes, the verdict judged on the answer's level (or the lowest probe when it 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,42 @@ def test_concurrency_search_judges_only_its_answer_and_exits_0(tmp_path: Path, c
     assert main(["report", str(tmp_path / "out" / "conc")]) == 0
     assert ("highest concurrency within the thresholds: 4, the search's hi: every probe passed, so there is no "
             "failing end (raise load.search.hi to look further)") in capsys.readouterr().out.splitlines()
+
+
+def test_an_invalid_probe_the_bracket_does_not_rest_on_is_a_caveat_not_an_invalid_run(tmp_path, capsys):
+    """Concurrency 1, 2, 4 all pass (answer 4, no failing end): a probe below the answer is no end of
+    the bracket, so its client trouble is a caveat of the verdict, and the run keeps its exit 0;
+    the same trouble at the answer's level makes the run INVALID (30)."""
+    from loadgate.analysis.search import deciding_levels
+    from loadgate.jsonutil import dump_json
+
+    assert deciding_levels({"1": True, "2": True, "4": True}) == ["4"]
+    assert deciding_levels({"1": True, "2": True, "4": False, "3": True}) == ["4", "3"]
+    assert deciding_levels({"1": False}) == ["1"]
+    assert deciding_levels({"8": True, "16": False, "12": False, "10": True}) == ["12", "10"]
+    p = write(tmp_path, "conc", {"over": "concurrency", "lo": 1, "hi": 4, "resolution": 0.5},
+              {"ttft": ["p(50) < 5s"]}, 24)
+    assert main(["run", "-q", str(p)]) == 0
+    run = tmp_path / "out" / "conc"
+    meta = load_json(run / "meta.json")
+    meta["profile"]["health"]["stamp_error_p99_ms"] = 100.0  # every probe's bounds are far inside this
+
+    def doctor(level: int) -> None:  # that probe's chunks each said to have arrived up to 10 s early
+        lines = []
+        for line in (run / "records.jsonl").read_bytes().splitlines():
+            r = json.loads(line)
+            if r["level"] == level and not r["warmup"]:
+                r["chunk_early_ns"] = [10**10] * len(r["chunk_ns"])
+            lines.append(json.dumps(r).encode())
+        (run / "records.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+
+    dump_json(run / "meta.json", meta)
+    doctor(2)
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "INVALID: TTFT and ITL stamps may be off by up to 10000.00 ms" in out  # the probe's own lines say it
+    assert "outcome: PASSED (exit 0); probe 2 was INVALID (its level says why), but the answer's bracket " \
+           "does not rest on it" in out
+    doctor(4)
+    assert main(["report", str(run)]) == 30
