@@ -130,6 +130,7 @@ class _Child:
         self.window: _Window | None = None
         self.level = ""
         self.done = asyncio.Event()
+        self.wake = asyncio.Event()  # scrape now: a level's window began
         self.cpu0 = _cpu_s()
         self.cap_told = False  # the cap's warning goes to the first window that ends after it
 
@@ -144,6 +145,7 @@ class _Child:
             self.level = str(msg[1])
             self.window = _Window(_cpu_s(), now)
             self.writer.mark(now, "begin", self.level)
+            self.wake.set()  # a scrape at the window's start, so a level shorter than the interval has one
         elif msg[0] == "end":
             self.writer.mark(now, "end", str(msg[1]))
             self.conn.send(("level", self._report()))
@@ -189,12 +191,14 @@ class _Child:
             self.conn.send(("ready", True))
             while not self.done.is_set():
                 start = loop.time()
+                self.wake.clear()  # (a window that begins during this round's scrapes gets the next at once)
                 await asyncio.gather(*(self._one(engine if s.name == ENGINE_SOURCE else plain, s)
                                        for s in self.sources))
-                try:
-                    await asyncio.wait_for(self.done.wait(), max(0.0, self.interval_s - (loop.time() - start)))
-                except TimeoutError:
-                    pass
+                waits = [asyncio.ensure_future(e.wait()) for e in (self.done, self.wake)]
+                _, pending = await asyncio.wait(waits, timeout=max(0.0, self.interval_s - (loop.time() - start)),
+                                                return_when=asyncio.FIRST_COMPLETED)
+                for w in pending:
+                    w.cancel()
         loop.remove_reader(self.conn.fileno())
         size = self.writer.close()
         self.conn.send(("done", {"bytes": size, "capped": self.writer.capped, "cpu_s": round(_cpu_s() - self.cpu0, 4)}))

@@ -265,7 +265,7 @@ def test_an_unstreamed_sweep_renders_its_capacity_and_category_tables_without_ch
     assert "capacity:" in out and "no concurrency met the SLOs" in out  # no ttft: no level meets a ttft SLO
     assert main(["report", "--format", "markdown", str(result.run_dir)]) == 11
     assert main(["report", "--html", str(result.run_dir)]) == 11  # the plots of what an unstreamed run has
-    assert sorted(p.name for p in (result.run_dir / "plots").glob("*.png")) == ["latency_cdfs.png"]
+    assert sorted(p.name for p in (result.run_dir / "plots").glob("*.png")) == ["latency_cdfs.png", "server_timeline.png"]
 
 
 def test_a_measured_requests_seed_does_not_move_with_the_warmup(sim, tmp_path):
