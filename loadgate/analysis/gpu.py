@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 
-from loadgate.core.gpu import GpuReading, window_figures
+from loadgate.core.gpu import GpuReading, from_dcgm, window_figures
+from loadgate.core.series import SERIES_FILE, read_series
 from loadgate.records import Record
 
 GPU_FILE = "gpu.jsonl"
@@ -44,6 +45,22 @@ def read_gpu_file(run_dir: Path) -> tuple[dict[str, Any], list[GpuReading], dict
     return head, readings, end
 
 
+def dcgm_from_series(run_dir: Path, profile: dict[str, Any]) -> tuple[dict[str, Any], list[GpuReading],
+                                                                       dict[str, Any]] | None:
+    """GPU readings from a DCGM exporter scraped as one of `target.extra_metrics_urls` (the server
+    metrics series, `loadgate.core.series`): every scrape of an extra source that holds DCGM metrics,
+    read as `loadgate.core.gpu.from_dcgm` does, at its scrape time; None where no extra source did."""
+    if not (profile.get("target") or {}).get("extra_metrics_urls") or not (run_dir / SERIES_FILE).exists():
+        return None
+    series = read_series(run_dir / SERIES_FILE)
+    readings = [r for t, src, snap in series.scrapes if src != "server" for r in from_dcgm(snap, t)]
+    if not readings:
+        return None
+    urls = [series.header["sources"][src] for src in series.header["sources"] if src != "server"]
+    return ({"source": "dcgm", "absent": None, "interval_s": series.header.get("interval_s"), "urls": urls},
+            readings, {})
+
+
 def level_gpu(gpu: tuple[dict[str, Any], list[GpuReading], dict[str, Any]] | None, t0_ns: int | None,
               records: list[Record]) -> dict[str, Any] | None:
     """One level's GPU figures (None where the run read no GPU): `source`, `absent` (why there are no
@@ -54,7 +71,7 @@ def level_gpu(gpu: tuple[dict[str, Any], list[GpuReading], dict[str, Any]] | Non
     head, readings, end = gpu
     out: dict[str, Any] = {"source": head.get("source"), "absent": head.get("absent"),
                            "capped": bool(end.get("capped")), "reader_cpu_s": end.get("cpu_s"),
-                           "interval_s": head.get("interval_s")}
+                           "interval_s": head.get("interval_s"), "urls": head.get("urls")}
     measured = [r for r in records if not r.warmup]
     if not readings or not measured or t0_ns is None:
         return {**out, "window": None}

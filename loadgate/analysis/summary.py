@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from loadgate.analysis.capacity import SearchSection, search_section
 from loadgate.analysis.conversations import cached_tokens, conversation_counts
-from loadgate.analysis.gpu import level_gpu, read_gpu_file
+from loadgate.analysis.gpu import dcgm_from_series, level_gpu, read_gpu_file
 from loadgate.analysis.histograms import server_latency
 from loadgate.analysis.metrics import summarize
 from loadgate.analysis.metrics import throughput as throughput_over
@@ -405,8 +405,9 @@ def _worst_lags(lags: list[dict[str, float | None]]) -> dict[str, float | None]:
 
 
 SUMMARY_VERSION = 9
-"""9: capacity planning (issue 30). Each level's `gpu` (NVML readings of this host's GPUs over the
-level's window, `target.gpu`: source, absent, capped, reader_cpu_s, interval_s and `window`: per
+"""9: capacity planning (issue 30). Each level's `gpu` (NVML readings of this host's GPUs, `target.gpu`, or a DCGM exporter's
+among `target.extra_metrics_urls`, over the level's window: source, absent, capped, reader_cpu_s,
+interval_s, urls (DCGM) and `window`: per
 GPU utilisation and power mean/max, memory in use, each process's memory, energy and its source,
 and the energy of every GPU with joules per output token; null where no GPU was read). Each level's
 `ramp_requests`: how many requests its ramp sent (`load.ramp`, records v9 `ramp`: after the warmup,
@@ -574,7 +575,7 @@ def build_summary(run_dir: Path, extra: list[Record] | None = None) -> Summary:
             by_level.setdefault(str(r.level), []).append(r)
             seen.add((str(r.level), r.i))
     stop = load_json(run_dir / "stop.json") if (run_dir / "stop.json").exists() else {}
-    gpu = read_gpu_file(run_dir)
+    gpu = read_gpu_file(run_dir) or dcgm_from_series(run_dir, meta["profile"])
     levels = {lv: dataclasses.replace(
         level_summary(recs, server.get(lv), health.get(lv, []), meta["profile"], meta.get("cpus"),
                       len(ramp.get(lv, ())) if ramped else None),

@@ -131,3 +131,55 @@ def test_a_bad_gpu_setting_is_refused_in_one_line(tmp_path, capsys, line, words)
     assert main(["validate", str(p)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(p) in err and words in err, err
+
+
+@pytest.fixture
+def dcgm_exporter() -> Any:
+    """A stand-in DCGM exporter on loopback serving the fixture (tests/data/gpu/dcgm-exporter-a.txt,
+    written from the exporter's documented names), GPU 0's energy counter rising 310.5 J a second (its
+    stated power) on the monotonic clock, GPU 1's standing still."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    text = (Path(__file__).resolve().parents[1] / "data" / "gpu" / "dcgm-exporter-a.txt").read_text()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            mj = int(310.5 * time.perf_counter_ns() / 1e6)
+            body = text.replace("} 982345000", f"}} {mj}").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_dcgm_exporter_among_the_extra_metrics_urls_gives_each_level_its_gpu_figures(sim, tmp_path, dcgm_exporter):
+    import dataclasses
+
+    p = profile(sim.url, tmp_path, "off")
+    p = dataclasses.replace(p, target=dataclasses.replace(p.target, extra_metrics_urls=(dcgm_exporter,),
+                                                          metrics_interval_s=0.1))
+    result = loadgate.run(p, unverified=True)
+    assert result.exit_code == 11
+    lv = load_json(result.run_dir / "summary.json")["levels"]["4"]
+    gpu, win = lv["gpu"], lv["gpu"]["window"]
+    assert gpu["source"] == "dcgm" and gpu["urls"] == [dcgm_exporter]
+    g0, g1 = win["gpus"]["0"], win["gpus"]["1"]
+    assert g0["name"] == "NVIDIA H200" and g0["energy_source"] == "counter" and g0["power_w"]["mean"] == 310.5
+    window_s = lv["throughput"]["window_s"]
+    assert g0["energy_j"] == pytest.approx(310.5 * window_s, abs=2.0) and g1["energy_j"] == 0.0
+    tokens = lv["throughput"]["output_token_throughput"] * window_s
+    assert win["joules_per_output_token"] == pytest.approx(g0["energy_j"] / tokens)
