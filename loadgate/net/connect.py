@@ -78,9 +78,11 @@ class Engine:
 @contextlib.asynccontextmanager
 async def open_engine(profile: Profile) -> AsyncIterator[Engine]:
     settings = session_settings(profile.target, profile.resolve)
-    if profile.target.endpoint != "embedded":
-        refuse_proxies(profile.target.endpoint)
-    async with engine_url(profile) as base, make_session(settings.headers, settings.ssl_for(base, profile.metrics_url(base))) as session:
+    for url in (profile.target.endpoint, *profile.target.replicas):
+        if url != "embedded":
+            refuse_proxies(url)
+    async with engine_url(profile) as base, make_session(settings.headers, settings.ssl_for(
+            base, profile.metrics_url(base), *profile.target.replicas)) as session:
         yield Engine(base, session, profile.target.model or await discover_model(session, base), profile, settings)
 
 

@@ -1,0 +1,154 @@
+"""Several replicas of one configuration (`target.endpoints`, route via_router; docs/replicas.md),
+against simulator children on loopback: every replica is fingerprinted before anything is sent and
+again after the run, an odd one stops the run with exit 11 naming it and the field that differs,
+and the exactness check runs once, on replica 0 (the simulators' truth logs show where each
+generation request went)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loadgate.cli import main
+from loadgate.config.simconfig import SimConfig
+from loadgate.jsonutil import load_json
+from loadgate.sim.process import SimProcess
+from tests.profiles import LAX_HEALTH, tiny_corpus
+
+FAST = {"decode_step_us": 150.0, "decode_us_per_seq": 5.0, "prefill_us_per_token": 0.5}
+REQUESTS = 12
+
+
+@pytest.fixture(scope="module")
+def sims() -> Iterator[list[SimProcess]]:
+    """Three alike replicas, and a fourth started with another decode step."""
+    procs = [SimProcess(SimConfig(**FAST), startup_timeout=60) for _ in range(3)]
+    procs.append(SimProcess(SimConfig(**{**FAST, "decode_step_us": 900.0}), startup_timeout=60))
+    try:
+        for sp in procs:
+            sp.start()
+        yield procs
+    finally:
+        for sp in procs:
+            sp.stop()
+
+
+def write_profile(tmp: Path, router: str, replicas: list[str], baseline: str | None = None) -> Path:
+    doc: dict[str, Any] = {
+        "name": "replicas",
+        "target": {"endpoint": router, "route": "via_router", "endpoints": replicas},
+        "workload": {"requests": REQUESTS, "input_len": {"dist": "fixed", "value": 16},
+                     "output_len": {"dist": "fixed", "value": 8}},
+        "load": {"concurrency": 2},
+        "exactness": {"baseline": baseline or "none-yet", "corpus": str(tiny_corpus(tmp)),
+                      "contract": {"tier": "bit-exact"}, "scenarios": {"solo": True}},
+        "health": LAX_HEALTH,
+        "output": {"dir": str(tmp / "out"), "run_id": "r"},
+    }
+    path = tmp / "p.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def with_baseline(tmp: Path, router: str, replicas: list[str], capsys: pytest.CaptureFixture[str]) -> Path:
+    """The profile, with a baseline captured from the router first."""
+    p = write_profile(tmp, router, replicas)
+    assert main(["baseline", str(p), "--out", str(tmp / "b")]) == 0
+    base = capsys.readouterr().out.strip().splitlines()[-1]
+    return write_profile(tmp, router, replicas, base)
+
+
+def generations(sp: SimProcess) -> int:
+    return len(sp.truth_records())
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_alike_replicas_are_all_fingerprinted_and_the_check_runs_once_on_replica_0(sims, tmp_path, capsys, n):
+    alike = sims[:n]
+    urls = [sp.url for sp in alike]
+    p = with_baseline(tmp_path, urls[0], urls, capsys)
+    for sp in alike:
+        sp.reset_truth()
+    assert main(["run", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert f"the exactness check runs once, on replica 0 ({urls[0]}); all {n} fingerprints are read" in out
+    run = tmp_path / "out" / "r"
+    att = load_json(run / "attestation.json")
+    assert att["replicas"]["checked_on"] == 0
+    assert [x["url"] for x in att["replicas"]["endpoints"]] == urls
+    assert {x["fingerprint_hash"] for x in att["replicas"]["endpoints"]} == {att["fingerprint_hash"]}
+    meta = load_json(run / "meta.json")
+    assert meta["replicas"] == {"route": "via_router", "endpoints": urls, "router": urls[0],
+                                "exactness_checked_on": 0}
+    assert meta["attestation"]["replicas"] == att["replicas"]
+    # the check's 3 cases and the run's requests all went to replica 0 (here also the router); the
+    # other replicas were only asked what they are
+    assert generations(alike[0]) == 3 + REQUESTS
+    assert [generations(sp) for sp in alike[1:]] == [0] * (n - 1)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_replica_started_with_another_decode_step_stops_the_run_with_exit_11_naming_it(sims, tmp_path, capsys, n):
+    replicas = [*sims[:n - 1], sims[3]]
+    urls = [sp.url for sp in replicas]
+    p = with_baseline(tmp_path, urls[0], urls[:-1], capsys)  # a baseline from an alike pair
+    p = write_profile(tmp_path, urls[0], urls, yaml.safe_load(p.read_text())["exactness"]["baseline"])
+    for sp in replicas:
+        sp.reset_truth()
+    for extra in ([], ["--unverified"]):
+        assert main(["run", "-q", *extra, str(p)]) == 11
+        err = capsys.readouterr().err
+        assert f"replica {n - 1} ({urls[-1]}) is not configured like replica 0 ({urls[0]}) before anything " \
+               "was measured" in err
+        assert "decode_step_us: 150.0 -> 900.0" in err
+        assert [generations(sp) for sp in replicas] == [0] * n  # nothing was sent: no check, no load
+        assert not (tmp_path / "out" / "r" / "records.jsonl").exists()
+
+
+def test_a_replica_whose_fingerprint_changes_during_the_run_voids_it(sims, tmp_path, capsys, monkeypatch):
+    import loadgate.runs as runs
+
+    restarted: list[SimProcess] = []
+    moved = sims[1]
+    port = int(moved.url.rsplit(":", 1)[1])
+    real_measure = runs.measure
+
+    async def measure_then_restart_replica_1(*a: Any, **k: Any) -> None:
+        await real_measure(*a, **k)
+        moved.stop()  # the same port, another decode step: replica 1 is no longer what was attested
+        restarted.append(SimProcess(SimConfig(**{**FAST, "decode_step_us": 900.0}), port=port).start())
+
+    urls = [sp.url for sp in sims[:3]]
+    p = with_baseline(tmp_path, urls[0], urls, capsys)
+    monkeypatch.setattr(runs, "measure", measure_then_restart_replica_1)
+    try:
+        code = main(["run", "-q", str(p)])
+    finally:
+        for sp in restarted:
+            sp.stop()
+        moved.start()  # (the module's fixture stops it again)
+    err = capsys.readouterr().err
+    assert code == 11
+    assert f"replica 1 ({urls[1]}) is not configured like replica 0 ({urls[0]}) during the measurement" in err
+    assert "decode_step_us: 150.0 -> 900.0" in err
+    assert main(["report", str(tmp_path / "out" / "r")]) == 11  # the folder says so when judged again
+
+
+def test_loadgate_fingerprint_prints_the_replicas_one_fingerprint_or_names_the_odd_one(sims, tmp_path, capsys):
+    alike, odd = [sp.url for sp in sims[:3]], [sims[0].url, sims[3].url]
+    assert main(["fingerprint", str(write_profile(tmp_path, alike[0], alike))]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)  # (JSON is YAML)
+    one = write_profile(tmp_path, alike[0], alike)
+    single = yaml.safe_load(one.read_text())
+    single["target"] = {"endpoint": alike[2]}  # replica 2 alone gives the same fingerprint
+    one.write_text(yaml.safe_dump(single))
+    assert main(["fingerprint", str(one)]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["fingerprint_hash"] == doc["fingerprint_hash"]
+    assert main(["fingerprint", str(write_profile(tmp_path, odd[0], odd))]) == 11
+    err = capsys.readouterr().err
+    assert f"replica 1 ({odd[1]}) is not configured like replica 0" in err
+    assert "engine.server_info.sim.decode_step_us: 150.0 -> 900.0" in err, err
