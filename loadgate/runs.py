@@ -47,7 +47,7 @@ from loadgate.gate import policy
 from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.engine_check import CheckOutcome, capture, check_engine, corpus_of, fingerprint_of
 from loadgate.gate.fingerprint import diff, fingerprint_hash
-from loadgate.gate.replicas import check_words, replicas_meta
+from loadgate.gate.replicas import check_words, replicas_meta, spread_over
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.load.executors import NEVER, StopFlag
 from loadgate.load.gpu import gpu_telemetry
@@ -188,7 +188,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     spec = target_spec(profile, e.settings, e.base, e.model, timeout_s=profile.target.timeout_s,
                        stream=profile.load.stream, pool_text=tp.text if need_text else None,
                        prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport,
-                       request=profile.load.request)
+                       request=profile.load.request, endpoints=spread_over(profile.target))
     lv = levels(profile)
     meta_cpus = {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}
     t0 = perf_counter_ns()

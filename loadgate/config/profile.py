@@ -975,9 +975,18 @@ class Profile:
 
 
     def _check_route(self) -> list[tuple[str, str]]:
-        """A sticky route needs conversations; spreading requests over the endpoints is not built yet."""
+        """A sticky route needs conversations; least_in_flight and sticky are not built yet; round
+        robin reads each replica's own counters (no shared metrics URL, no one cache to reset)."""
         t = self.target
         if t.endpoints is None or t.route == "via_router":
+            return []
+        if t.route == "round_robin":
+            if t.metrics_url is not None:
+                return [("target.metrics_url", "with route round_robin each replica's own /metrics is read "
+                         "(ENDPOINT/metrics) and the counters summed: leave metrics_url out")]
+            if self.load.reset_prefix_cache:
+                return [("load.reset_prefix_cache", "emptying every replica's prefix cache between levels is "
+                         "not built yet: leave it out with target.endpoints")]
             return []
         if t.route == "sticky" and self.workload.sessions is None:
             return [("target.route", "sticky keeps a conversation's turns on one replica: it needs conversations "

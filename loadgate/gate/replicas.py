@@ -78,3 +78,9 @@ def check_words(target: Any) -> str:
     n = len(target.replicas)
     return (f"replicas: {n} (target.endpoints); the exactness check runs once, on replica 0 ({target.replicas[0]}); "
             f"all {n} fingerprints are read and must be equal, before and after the run")
+
+
+def spread_over(target: Any) -> tuple[str, ...]:
+    """The endpoints the load's requests spread over (route round_robin), () for one endpoint or a
+    router (`via_router`: every request to target.endpoint)."""
+    return target.replicas if target.route == "round_robin" else ()

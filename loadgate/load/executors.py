@@ -54,7 +54,7 @@ async def run_one(t: LiveTarget, req: PlannedRequest, run_tag: str, rec: Recorde
                   ready_ns: int, intended_ns: int | None) -> None:
     body = t.bodies.pop(req.i, None) or body_for(t, req)
     try:
-        raw = await fetch(t, body, f"{run_tag}-{req.i}")
+        raw = await fetch(t, body, f"{run_tag}-{req.i}", endpoint=t.endpoint_of(req.i))
     except asyncio.CancelledError:
         if rec.stop.why is not None:  # cut off by an abort: kept, an error of its own kind
             rec.submit(req, Raw(start_ns=ready_ns, end_ns=perf_counter_ns(), error=ErrorInfo(

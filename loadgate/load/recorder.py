@@ -11,6 +11,7 @@ decodes it (`loadgate report`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from loadgate.load.exchanges import Exchange, ExchangeLog
 from loadgate.load.exchanges import read as read_log
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.stopflag import StopFlag
-from loadgate.load.target import LiveTarget, Raw, decode, early_bounds
+from loadgate.load.target import LiveTarget, Raw, decode, early_bounds, endpoint_of
 from loadgate.records import Record, RecordError, RecordWriter, SpecStats
 
 
@@ -115,7 +116,8 @@ class Recorder:
         self.breaker = Breaker(t.spec.abort, writer.path.parent) if t.spec.abort is not None else None
         self.overhead = t.spec.prompt_overhead
         self.log = ExchangeLog(log, {"api": t.spec.api, "stream": t.spec.stream,
-                                     "max_event_bytes": t.spec.max_event_bytes, "prompt_overhead": self.overhead})
+                                     "max_event_bytes": t.spec.max_event_bytes, "prompt_overhead": self.overhead,
+                                     "endpoints": len(t.urls)})
 
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
@@ -144,7 +146,7 @@ class Recorder:
         for x in contents.exchanges:
             d = decode(self.t.adapter, self.t.spec.stream, x.raw, self.t.spec.max_event_bytes,
                        trust_wakes=trust_wakes)
-            self.writer.write(exchange_record(x, d, self.overhead))
+            self.writer.write(exchange_record(x, d, self.overhead, len(self.t.urls)))
         with contextlib.suppress(OSError):
             self.log.path.unlink()
 
@@ -197,11 +199,13 @@ def read_abort(run_dir: Path) -> str | None:
     return str(d.get("trigger")) if isinstance(d, dict) and d.get("trigger") else None
 
 
-def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None) -> Record:
-    """The record of one logged exchange, once decoded."""
-    return to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category, x.session, x.ramp),
+def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None, endpoints: int = 0) -> Record:
+    """The record of one logged exchange, once decoded; with several `endpoints` (round robin), the
+    one its plan index sent it to (`LiveTarget.endpoint_of`)."""
+    rec = to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category, x.session, x.ramp),
                      x.raw, d, t0_ns=x.t0_ns, level=x.level,
                      ready_ns=x.ready_ns, intended_ns=x.intended_ns, prompt_overhead=prompt_overhead)
+    return dataclasses.replace(rec, endpoint=endpoint_of(x.i, endpoints)) if endpoints > 1 else rec
 
 
 def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
@@ -228,5 +232,5 @@ def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
         read_paths.append(path)
         for x in contents.exchanges:
             d = decode(adapter, stream, x.raw, max_event, trust_wakes=False)
-            out.append(exchange_record(x, d, m.get("prompt_overhead")))
+            out.append(exchange_record(x, d, m.get("prompt_overhead"), int(m.get("endpoints") or 0)))
     return out, read_paths

@@ -38,8 +38,12 @@ async def engine_url(profile: Profile) -> AsyncIterator[str]:
     """The engine's base URL. For `endpoint: embedded`, loadgate starts its simulator itself, in a
     child process on loopback (`loadgate sim`): the engine's work then never runs on the client's
     event loop, where it would show up as client lag and trip the health budgets."""
-    if profile.target.endpoint != "embedded":
-        yield profile.target.endpoint.rstrip("/")
+    t = profile.target
+    if t.replicas and t.route != "via_router":  # requests spread over the replicas: the first is the base
+        yield t.replicas[0]
+        return
+    if t.endpoint != "embedded":
+        yield t.endpoint.rstrip("/")
         return
     from loadgate.sim.process import SimProcess, take_prestarted
 

@@ -36,9 +36,15 @@ REFUSED: dict[str, Case] = {
     "sticky_without_conversations": Case(
         f"target:\n  route: sticky\n  endpoints: [{A}, {B}]\n", 2, "target.route",
         "sticky keeps a conversation's turns on one replica: it needs conversations (workload.sessions)"),
-    "round_robin_is_not_built_yet": Case(
-        f"target:\n  endpoints: [{A}, {B}]\n", 2, "target.endpoints",
-        "spreading requests over several endpoints (route round_robin) is not built yet"),
+    "least_in_flight_is_not_built_yet": Case(
+        f"target:\n  route: least_in_flight\n  endpoints: [{A}, {B}]\n", 3, "target.endpoints",
+        "spreading requests over several endpoints (route least_in_flight) is not built yet"),
+    "round_robin_with_one_metrics_url": Case(
+        f"target:\n  endpoints: [{A}, {B}]\n  metrics_url: {A}/metrics\n", 3, "target.metrics_url",
+        "each replica's own /metrics is read"),
+    "round_robin_with_a_prefix_cache_reset": Case(
+        f"target:\n  endpoints: [{A}, {B}]\nload:\n  concurrency: 2\n  reset_prefix_cache: true\n", 5, "load.reset_prefix_cache",
+        "emptying every replica's prefix cache between levels is not built yet"),
     "sticky_with_conversations_is_not_built_yet": Case(
         f"target:\n  route: sticky\n  endpoints: [{A}, {B}]\n" + SESSIONS, 3, "target.endpoints",
         "(route sticky) is not built yet"),

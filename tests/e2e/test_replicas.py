@@ -21,6 +21,7 @@ from tests.profiles import LAX_HEALTH, tiny_corpus
 
 FAST = {"decode_step_us": 150.0, "decode_us_per_seq": 5.0, "prefill_us_per_token": 0.5}
 REQUESTS = 12
+MANY = 61  # round robin over 2 or 3: counts per replica not all equal
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +153,97 @@ def test_loadgate_fingerprint_prints_the_replicas_one_fingerprint_or_names_the_o
     err = capsys.readouterr().err
     assert f"replica 1 ({odd[1]}) is not configured like replica 0" in err
     assert "engine.server_info.sim.decode_step_us: 150.0 -> 900.0" in err, err
+
+
+def round_robin(p: Path, replicas: list[str], requests: int = REQUESTS) -> Path:
+    """The profile at `p`, its requests spread by round robin over `replicas` (no router)."""
+    doc = yaml.safe_load(p.read_text())
+    doc["target"] = {"endpoints": replicas}
+    doc["load"]["warmup_requests"] = 3
+    doc["workload"]["requests"] = requests
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+@pytest.mark.parametrize(("n", "workers"), [(2, 1), (3, 1), (3, 2)])
+def test_round_robin_spreads_the_plan_over_the_replicas_and_reports_each_one(sims, tmp_path, capsys, n, workers):
+    from loadgate.records import read_records
+
+    alike = sims[:n]
+    urls = [sp.url for sp in alike]
+    p = round_robin(with_baseline(tmp_path, urls[0], urls, capsys), urls, MANY)
+    doc = yaml.safe_load(p.read_text())
+    doc["load"]["workers"] = workers  # worker processes: each holds a pool per replica
+    p.write_text(yaml.safe_dump(doc))
+    for sp in alike:
+        sp.reset_truth()
+    assert main(["run", str(p)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    run = tmp_path / "out" / "r"
+    recs = list(read_records(run / "records.jsonl", include_warmup=True))
+    assert len(recs) == 3 + MANY and all(r.endpoint == r.i % n for r in recs)
+    # the simulators' own logs: each got the requests whose plan index names it (request ids
+    # RUN-L2w-i / RUN-L2-i), counts within one of each other; replica 0 also the check's 3 cases
+    served = [{t["request_id"].rsplit("-", 1)[1] for t in sp.truth_records() if "-L2" in t["request_id"]}
+              for sp in alike]
+    assert served == [{str(r.i) for r in recs if r.endpoint == k} for k in range(n)]
+    counts = [len(s) for s in served]
+    assert max(counts) - min(counts) <= 1 and sum(counts) == len(recs)
+    assert len(alike[0].truth_records()) == 3 + counts[0]
+    # per-endpoint figures, as a group of the level
+    g = load_json(run / "summary.json")["levels"]["2"]["groups"]["endpoint"]
+    measured = [r for r in recs if not r.warmup]
+    assert list(g["by"]) == [str(k) for k in range(n)]
+    assert [g["by"][str(k)]["requests"] for k in range(n)] == [sum(r.endpoint == k for r in measured) for k in range(n)]
+    assert "by endpoint:" in out
+    assert load_json(run / "meta.json")["replicas"]["route"] == "round_robin"
+    # the server counters are every replica's, summed: the contamination check sees all the traffic
+    assert "contamination check passed" in out
+
+
+def test_traffic_the_client_did_not_send_to_one_replica_is_caught(sims, tmp_path, capsys, monkeypatch):
+    import loadgate.load.levels as levels
+
+    urls = [sp.url for sp in sims[:2]]
+    p = round_robin(with_baseline(tmp_path, urls[0], urls, capsys), urls)
+    real, calls = levels.scrape_all, []
+
+    async def scrape_then_send_to_replica_1(session: Any, metrics_urls: list[str]) -> Any:
+        snap = await real(session, metrics_urls)
+        if not calls:  # the window's first scrape: then one request the client's plan never made, to replica 1
+            async with session.post(f"{urls[1]}/v1/completions", json={
+                    "model": SimConfig().model, "prompt": "foreign", "max_tokens": 5}) as r:
+                assert r.status == 200
+                await r.read()
+        calls.append(metrics_urls)
+        return snap
+
+    monkeypatch.setattr(levels, "scrape_all", scrape_then_send_to_replica_1)
+    code = main(["run", str(p)])
+    out = capsys.readouterr().out
+    assert calls[0] == [f"{u}/metrics" for u in urls]  # every replica's counters, summed
+    assert "CONTAMINATION" in out and "server finished 13 requests in the window, the client 12" in out, out
+    assert code == 30
+
+
+def test_the_summed_counters_are_absent_when_one_replica_gives_no_metrics(sims):
+    import aiohttp
+
+    from loadgate.load.replica_metrics import scrape_all
+    from loadgate.net.connect import run_async
+    from loadgate.net.scrape import scrape
+
+    async def go() -> tuple[Any, Any, Any, Any]:
+        async with aiohttp.ClientSession() as session:
+            for sp, n in zip(sims[:2], (3, 5), strict=True):  # some traffic of each replica's own
+                async with session.post(f"{sp.url}/v1/completions", json={
+                        "model": SimConfig().model, "prompt": "x", "max_tokens": n, "ignore_eos": True}) as r:
+                    await r.read()
+            a, b = (f"{sp.url}/metrics" for sp in sims[:2])
+            return (await scrape(session, a), await scrape(session, b), await scrape_all(session, [a, b]),
+                    await scrape_all(session, [a, "http://127.0.0.1:9/metrics"]))
+
+    one, two, both, partial = run_async(go())
+    for name in ("vllm:request_success_total", "vllm:generation_tokens_total"):
+        assert both.total(name) == one.total(name) + two.total(name) and one.total(name) > 0
+    assert partial is None  # a partial sum would read as traffic never counted
