@@ -198,9 +198,9 @@ class Target:
     endpoints: tuple[str, ...] | None = knob(
         None, "several replicas' base URLs (docs/replicas.md); with route via_router, target.endpoint is the "
         "router every request goes to and these are read for their fingerprints only")
-    route: str = knob("round_robin", "how requests spread over target.endpoints: round_robin, least_in_flight, "
-                      "sticky (a conversation's turns on one replica) or via_router (all to target.endpoint, a "
-                      "router in front of them)", one_of=lambda: ROUTES)
+    route: str = knob("round_robin", "how requests spread over target.endpoints: round_robin (by plan index), "
+                      "sticky (a conversation's turns on one replica), via_router (all to target.endpoint, a "
+                      "router in front of them); least_in_flight is not built yet", one_of=lambda: ROUTES)
     api: str = knob("openai-completions", "HTTP API used for generation: openai-* as vLLM/SGLang serve it, "
                     "llamacpp (llama-server /completion) or llamacpp-openai-* (its /v1 routes)", one_of=apis)
     model: str | None = knob(None, "model name sent in requests; default: the first of /v1/models")
@@ -975,24 +975,24 @@ class Profile:
 
 
     def _check_route(self) -> list[tuple[str, str]]:
-        """A sticky route needs conversations; least_in_flight and sticky are not built yet; round
-        robin reads each replica's own counters (no shared metrics URL, no one cache to reset)."""
+        """A sticky route needs conversations; least_in_flight is not built yet; round robin and
+        sticky read each replica's own counters (no shared metrics URL, no one cache to reset)."""
         t = self.target
         if t.endpoints is None or t.route == "via_router":
             return []
-        if t.route == "round_robin":
-            if t.metrics_url is not None:
-                return [("target.metrics_url", "with route round_robin each replica's own /metrics is read "
-                         "(ENDPOINT/metrics) and the counters summed: leave metrics_url out")]
-            if self.load.reset_prefix_cache:
-                return [("load.reset_prefix_cache", "emptying every replica's prefix cache between levels is "
-                         "not built yet: leave it out with target.endpoints")]
-            return []
         if t.route == "sticky" and self.workload.sessions is None:
             return [("target.route", "sticky keeps a conversation's turns on one replica: it needs conversations "
-                     "(workload.sessions); use round_robin or least_in_flight")]
-        return [("target.endpoints", f"spreading requests over several endpoints (route {t.route}) is not built "
-                 "yet: put the replicas behind a router and use route: via_router (docs/replicas.md)")]
+                     "(workload.sessions); use round_robin")]
+        if t.route == "least_in_flight":
+            return [("target.endpoints", "spreading requests over several endpoints (route least_in_flight) is not "
+                     "built yet: use round_robin or sticky, or a router with route: via_router (docs/replicas.md)")]
+        if t.metrics_url is not None:
+            return [("target.metrics_url", f"with route {t.route} each replica's own /metrics is read "
+                     "(ENDPOINT/metrics) and the counters summed: leave metrics_url out")]
+        if self.load.reset_prefix_cache:
+            return [("load.reset_prefix_cache", "emptying every replica's prefix cache between levels is "
+                     "not built yet: leave it out with target.endpoints")]
+        return []
 
     def _check_ramp_requests(self) -> list[tuple[str, str]]:
         """An open loop's ramp sends fewer requests than its measured phase: its expected arrivals

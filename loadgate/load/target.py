@@ -56,6 +56,7 @@ class TargetSpec:
     sessions_header: str = ""  # workload.sessions.header: the conversation id's header ("": none)
     abort: Abort | None = None  # load.abort: the circuit breaker over the measured requests
     endpoints: tuple[str, ...] = ()  # replicas' base URLs, requests spread by round robin (): base_url alone
+    sticky: bool = False  # with endpoints: a conversation's turns on one replica (route sticky)
 
 
 def target_spec(profile: Profile, settings: SessionSettings, base: str, model: str, *, timeout_s: float,
@@ -96,9 +97,9 @@ class LiveTarget:
                       if self.spec.transport == "socket" else None for u in self.urls]
         self.url, self.pool = self.urls[0], self.pools[0]
 
-    def endpoint_of(self, i: int) -> int:
-        """The endpoint plan request `i` goes to (`endpoint_of`)."""
-        return endpoint_of(i, len(self.urls))
+    def endpoint_of(self, i: int, conversation: int | None = None) -> int:
+        """The endpoint plan request `i` (a turn of `conversation`) goes to (`endpoint_of`)."""
+        return endpoint_of(i, len(self.urls), conversation if self.spec.sticky else None)
 
     def close(self) -> None:
         """Close every endpoint's pool."""
@@ -107,10 +108,14 @@ class LiveTarget:
                 p.close()
 
 
-def endpoint_of(i: int, n: int) -> int:
+def endpoint_of(i: int, n: int, conversation: int | None = None) -> int:
     """Round robin by plan index: request `i` goes to endpoint i mod n, so the counts per endpoint
-    are within one of each other and the same plan sends the same requests to the same replica."""
-    return i % n if n > 1 else 0
+    are within one of each other and the same plan sends the same requests to the same replica.
+    Sticky (`conversation` given: the request is a turn of it): by the conversation's index
+    instead, so all its turns go to one replica, the conversations within one of each other."""
+    if n <= 1:
+        return 0
+    return (conversation if conversation is not None else i) % n
 
 
 @dataclass

@@ -45,9 +45,9 @@ REFUSED: dict[str, Case] = {
     "round_robin_with_a_prefix_cache_reset": Case(
         f"target:\n  endpoints: [{A}, {B}]\nload:\n  concurrency: 2\n  reset_prefix_cache: true\n", 5, "load.reset_prefix_cache",
         "emptying every replica's prefix cache between levels is not built yet"),
-    "sticky_with_conversations_is_not_built_yet": Case(
-        f"target:\n  route: sticky\n  endpoints: [{A}, {B}]\n" + SESSIONS, 3, "target.endpoints",
-        "(route sticky) is not built yet"),
+    "sticky_with_one_metrics_url": Case(
+        f"target:\n  route: sticky\n  endpoints: [{A}, {B}]\n  metrics_url: {A}/metrics\n" + SESSIONS, 4,
+        "target.metrics_url", "with route sticky each replica's own /metrics is read"),
 }
 
 
@@ -69,6 +69,8 @@ def test_replicas_behind_a_router_are_accepted_with_the_router_as_endpoint(tmp_p
     assert t.endpoint == "http://127.0.0.1:8000" and t.route == "via_router"
     assert t.replicas == (A, B)  # trailing slash dropped, as with target.endpoint
     assert load_profile(_write(tmp_path, "target: {endpoint: 'http://127.0.0.1:8000'}\n")).target.replicas == ()
+    sticky = load_profile(_write(tmp_path, f"target:\n  route: sticky\n  endpoints: [{A}, {B}]\n" + SESSIONS))
+    assert sticky.target.route == "sticky" and sticky.workload.sessions is not None
 
 
 def _write(tmp: Path, text: str) -> Path:

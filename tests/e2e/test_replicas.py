@@ -247,3 +247,33 @@ def test_the_summed_counters_are_absent_when_one_replica_gives_no_metrics(sims):
     for name in ("vllm:request_success_total", "vllm:generation_tokens_total"):
         assert both.total(name) == one.total(name) + two.total(name) and one.total(name) > 0
     assert partial is None  # a partial sum would read as traffic never counted
+
+
+def test_sticky_keeps_each_conversations_turns_on_one_replica(sims, tmp_path, capsys):
+    from loadgate.records import read_records
+
+    urls = [sp.url for sp in sims[:3]]
+    p = with_baseline(tmp_path, urls[0], urls, capsys)
+    doc = yaml.safe_load(p.read_text())
+    doc["target"] = {"endpoints": urls, "route": "sticky"}
+    doc["workload"]["sessions"] = {"turns": 3}
+    p.write_text(yaml.safe_dump(doc))
+    for sp in sims[:3]:
+        sp.reset_truth()
+    assert main(["run", str(p)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    run = tmp_path / "out" / "r"
+    recs = [r for r in read_records(run / "records.jsonl", include_warmup=True) if r.conversation is not None]
+    convs = {r.conversation for r in recs}
+    assert len(convs) >= 3 and all(r.endpoint == r.conversation % 3 for r in recs)
+    assert any(r.turn == 3 for r in recs)
+    # the simulators' logs: every turn of a conversation reached the replica its conversation names
+    served = [{int(t["request_id"].rsplit("-", 1)[1]) for t in sp.truth_records() if "-L2" in t["request_id"]}
+              for sp in sims[:3]]
+    by_i = {r.i: r for r in recs}
+    for k, indices in enumerate(served):
+        assert all(by_i[i].conversation % 3 == k for i in indices if i in by_i)
+    assert sorted(i for s in served for i in s if i in by_i) == sorted(by_i)
+    counts = [sum(1 for c in convs if c % 3 == k) for k in range(3)]
+    assert max(counts) - min(counts) <= 1  # conversations, not requests, within one of each other
+    assert "by endpoint:" in out and "contamination check passed" in out

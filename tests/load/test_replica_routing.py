@@ -43,3 +43,19 @@ def test_counters_over_replicas_are_the_sum_of_each_replicas_samples():
     s = summed([a, b])
     assert s.values == {key: 15.0, other: 100.0}
     assert s.total("vllm:request_success_total") == 15.0
+
+
+def test_an_exchange_logs_record_names_the_replica_its_plan_index_or_conversation_chose():
+    from loadgate.engine.adapters.base import Decoded
+    from loadgate.load.exchanges import Exchange
+    from loadgate.load.recorder import exchange_record
+    from loadgate.load.target import Raw
+
+    def x(i: int, session: tuple[int, int, int] | None = None) -> Exchange:
+        return Exchange(i, False, 16, 8, 0, 2, 0, None, Raw(start_ns=10, end_ns=20), False, None, session, False)
+
+    assert exchange_record(x(7), Decoded(), 0).endpoint is None  # one endpoint: null
+    assert exchange_record(x(7), Decoded(), 0, endpoints=3).endpoint == 1  # round robin: 7 mod 3
+    turn = x(7, (5, 2, 3))  # turn 2 of conversation 5
+    assert exchange_record(turn, Decoded(), 0, endpoints=3).endpoint == 1
+    assert exchange_record(turn, Decoded(), 0, endpoints=3, sticky=True).endpoint == 2  # 5 mod 3
