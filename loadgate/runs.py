@@ -189,7 +189,7 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
                        stream=profile.load.stream, pool_text=tp.text if need_text else None,
                        prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport,
                        request=profile.load.request, endpoints=spread_over(profile.target),
-                       sticky=profile.target.route == "sticky")
+                       route=profile.target.route)
     lv = levels(profile)
     meta_cpus = {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}
     t0 = perf_counter_ns()

@@ -200,7 +200,7 @@ class Target:
         "router every request goes to and these are read for their fingerprints only")
     route: str = knob("round_robin", "how requests spread over target.endpoints: round_robin (by plan index), "
                       "sticky (a conversation's turns on one replica), via_router (all to target.endpoint, a "
-                      "router in front of them); least_in_flight is not built yet", one_of=lambda: ROUTES)
+                      "router in front of them) or least_in_flight", one_of=lambda: ROUTES)
     api: str = knob("openai-completions", "HTTP API used for generation: openai-* as vLLM/SGLang serve it, "
                     "llamacpp (llama-server /completion) or llamacpp-openai-* (its /v1 routes)", one_of=apis)
     model: str | None = knob(None, "model name sent in requests; default: the first of /v1/models")
@@ -975,17 +975,14 @@ class Profile:
 
 
     def _check_route(self) -> list[tuple[str, str]]:
-        """A sticky route needs conversations; least_in_flight is not built yet; round robin and
-        sticky read each replica's own counters (no shared metrics URL, no one cache to reset)."""
+        """A sticky route needs conversations; spreading the requests reads each replica's own
+        counters (no shared metrics URL, no one cache to reset)."""
         t = self.target
         if t.endpoints is None or t.route == "via_router":
             return []
         if t.route == "sticky" and self.workload.sessions is None:
             return [("target.route", "sticky keeps a conversation's turns on one replica: it needs conversations "
                      "(workload.sessions); use round_robin")]
-        if t.route == "least_in_flight":
-            return [("target.endpoints", "spreading requests over several endpoints (route least_in_flight) is not "
-                     "built yet: use round_robin or sticky, or a router with route: via_router (docs/replicas.md)")]
         if t.metrics_url is not None:
             return [("target.metrics_url", f"with route {t.route} each replica's own /metrics is read "
                      "(ENDPOINT/metrics) and the counters summed: leave metrics_url out")]

@@ -81,6 +81,6 @@ def check_words(target: Any) -> str:
 
 
 def spread_over(target: Any) -> tuple[str, ...]:
-    """The endpoints the load's requests spread over (route round_robin or sticky), () for one
+    """The endpoints the load's requests spread over (every route but via_router), () for one
     endpoint or a router (`via_router`: every request to target.endpoint)."""
-    return target.replicas if target.route in ("round_robin", "sticky") else ()
+    return () if target.route == "via_router" else target.replicas

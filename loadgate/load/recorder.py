@@ -27,7 +27,7 @@ from loadgate.load.exchanges import Exchange, ExchangeLog
 from loadgate.load.exchanges import read as read_log
 from loadgate.load.plan import PlannedRequest
 from loadgate.load.stopflag import StopFlag
-from loadgate.load.target import LiveTarget, Raw, decode, early_bounds, endpoint_of
+from loadgate.load.target import LiveTarget, Raw, decode, early_bounds
 from loadgate.records import Record, RecordError, RecordWriter, SpecStats
 
 
@@ -116,8 +116,7 @@ class Recorder:
         self.breaker = Breaker(t.spec.abort, writer.path.parent) if t.spec.abort is not None else None
         self.overhead = t.spec.prompt_overhead
         self.log = ExchangeLog(log, {"api": t.spec.api, "stream": t.spec.stream,
-                                     "max_event_bytes": t.spec.max_event_bytes, "prompt_overhead": self.overhead,
-                                     "endpoints": len(t.urls), "sticky": t.spec.sticky})
+                                     "max_event_bytes": t.spec.max_event_bytes, "prompt_overhead": self.overhead})
 
     def submit(self, req: PlannedRequest, raw: Raw, *, t0_ns: int, level: float | int, ready_ns: int,
                intended_ns: int | None) -> None:
@@ -146,7 +145,7 @@ class Recorder:
         for x in contents.exchanges:
             d = decode(self.t.adapter, self.t.spec.stream, x.raw, self.t.spec.max_event_bytes,
                        trust_wakes=trust_wakes)
-            self.writer.write(exchange_record(x, d, self.overhead, len(self.t.urls), self.t.spec.sticky))
+            self.writer.write(exchange_record(x, d, self.overhead))
         with contextlib.suppress(OSError):
             self.log.path.unlink()
 
@@ -199,16 +198,13 @@ def read_abort(run_dir: Path) -> str | None:
     return str(d.get("trigger")) if isinstance(d, dict) and d.get("trigger") else None
 
 
-def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None, endpoints: int = 0,
-                    sticky: bool = False) -> Record:
-    """The record of one logged exchange, once decoded; with several `endpoints`, the one its plan
-    index (`sticky`: its conversation) sent it to (`LiveTarget.endpoint_of`)."""
+def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None) -> Record:
+    """The record of one logged exchange, once decoded (with several endpoints, the one `fetch`
+    sent it to)."""
     rec = to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category, x.session, x.ramp),
                      x.raw, d, t0_ns=x.t0_ns, level=x.level,
                      ready_ns=x.ready_ns, intended_ns=x.intended_ns, prompt_overhead=prompt_overhead)
-    if endpoints <= 1:
-        return rec
-    return dataclasses.replace(rec, endpoint=endpoint_of(x.i, endpoints, rec.conversation if sticky else None))
+    return rec if x.raw.endpoint is None else dataclasses.replace(rec, endpoint=x.raw.endpoint)
 
 
 def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
@@ -235,6 +231,5 @@ def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
         read_paths.append(path)
         for x in contents.exchanges:
             d = decode(adapter, stream, x.raw, max_event, trust_wakes=False)
-            out.append(exchange_record(x, d, m.get("prompt_overhead"), int(m.get("endpoints") or 0),
-                                       bool(m.get("sticky"))))
+            out.append(exchange_record(x, d, m.get("prompt_overhead")))
     return out, read_paths

@@ -56,7 +56,7 @@ class TargetSpec:
     sessions_header: str = ""  # workload.sessions.header: the conversation id's header ("": none)
     abort: Abort | None = None  # load.abort: the circuit breaker over the measured requests
     endpoints: tuple[str, ...] = ()  # replicas' base URLs, requests spread by round robin (): base_url alone
-    sticky: bool = False  # with endpoints: a conversation's turns on one replica (route sticky)
+    route: str = "round_robin"  # with endpoints: round_robin, sticky or least_in_flight (target.route)
 
 
 def target_spec(profile: Profile, settings: SessionSettings, base: str, model: str, *, timeout_s: float,
@@ -86,6 +86,7 @@ class LiveTarget:
     pool: Pool | None = field(init=False)
     urls: list[str] = field(init=False)
     pools: list[Pool | None] = field(init=False)
+    in_flight: list[int] = field(init=False)  # this process's requests in flight, per endpoint
     bodies: dict[int, bytes] = field(init=False, default_factory=dict)  # plan index -> body built ahead
 
     def __post_init__(self) -> None:
@@ -96,10 +97,16 @@ class LiveTarget:
         self.pools = [Pool(u, self.spec.limits, self.spec.tls.context() if u.startswith("https:") else None)
                       if self.spec.transport == "socket" else None for u in self.urls]
         self.url, self.pool = self.urls[0], self.pools[0]
+        self.in_flight = [0] * len(self.urls)
 
     def endpoint_of(self, i: int, conversation: int | None = None) -> int:
-        """The endpoint plan request `i` (a turn of `conversation`) goes to (`endpoint_of`)."""
-        return endpoint_of(i, len(self.urls), conversation if self.spec.sticky else None)
+        """The endpoint plan request `i` (a turn of `conversation`) goes to: by the route
+        (`endpoint_of`); least_in_flight: the one with the fewest of this process's requests in
+        flight now, ties broken round robin from i mod n (`fetch` counts them)."""
+        n = len(self.urls)
+        if self.spec.route == "least_in_flight" and n > 1:
+            return min(range(n), key=lambda k: (self.in_flight[k], (k - i) % n))
+        return endpoint_of(i, n, conversation if self.spec.route == "sticky" else None)
 
     def close(self) -> None:
         """Close every endpoint's pool."""
@@ -142,6 +149,7 @@ class Raw:
     quiet_of: dict[int, bool] = field(default_factory=dict)  # a read's stamp -> its turn woke from an idle poll
     one_segment_of: dict[int, bool] = field(default_factory=dict)  # a read's stamp -> its bytes came in one segment
     trailing: set[int] = field(default_factory=set)  # stamps of reads whose last event carried no tokens
+    endpoint: int | None = None  # the replica it went to (several target.endpoints), else None
 
 
 class IdleTimeout(Exception):
@@ -171,8 +179,15 @@ async def fetch(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, 
                 endpoint: int = 0) -> Raw:
     """POST `body` (with this request's own `headers`, e.g. a conversation's session header) to
     `endpoint` (an index into `t.urls`)."""
-    return await (fetch_socket(t, body, request_id, headers, endpoint) if t.pool is not None else
-                  fetch_aiohttp(t, body, request_id, headers, endpoint))
+    t.in_flight[endpoint] += 1  # (before the first await: the next request's choice sees it)
+    try:
+        raw = await (fetch_socket(t, body, request_id, headers, endpoint) if t.pool is not None else
+                     fetch_aiohttp(t, body, request_id, headers, endpoint))
+    finally:
+        t.in_flight[endpoint] -= 1
+    if len(t.urls) > 1:
+        raw.endpoint = endpoint
+    return raw
 
 
 async def fetch_socket(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None,

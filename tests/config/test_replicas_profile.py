@@ -36,9 +36,6 @@ REFUSED: dict[str, Case] = {
     "sticky_without_conversations": Case(
         f"target:\n  route: sticky\n  endpoints: [{A}, {B}]\n", 2, "target.route",
         "sticky keeps a conversation's turns on one replica: it needs conversations (workload.sessions)"),
-    "least_in_flight_is_not_built_yet": Case(
-        f"target:\n  route: least_in_flight\n  endpoints: [{A}, {B}]\n", 3, "target.endpoints",
-        "spreading requests over several endpoints (route least_in_flight) is not built yet"),
     "round_robin_with_one_metrics_url": Case(
         f"target:\n  endpoints: [{A}, {B}]\n  metrics_url: {A}/metrics\n", 3, "target.metrics_url",
         "each replica's own /metrics is read"),
@@ -69,6 +66,8 @@ def test_replicas_behind_a_router_are_accepted_with_the_router_as_endpoint(tmp_p
     assert t.endpoint == "http://127.0.0.1:8000" and t.route == "via_router"
     assert t.replicas == (A, B)  # trailing slash dropped, as with target.endpoint
     assert load_profile(_write(tmp_path, "target: {endpoint: 'http://127.0.0.1:8000'}\n")).target.replicas == ()
+    assert load_profile(_write(tmp_path, f"target:\n  route: least_in_flight\n  endpoints: [{A}, {B}]\n")
+                        ).target.route == "least_in_flight"
     sticky = load_profile(_write(tmp_path, f"target:\n  route: sticky\n  endpoints: [{A}, {B}]\n" + SESSIONS))
     assert sticky.target.route == "sticky" and sticky.workload.sessions is not None
 

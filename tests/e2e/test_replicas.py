@@ -277,3 +277,51 @@ def test_sticky_keeps_each_conversations_turns_on_one_replica(sims, tmp_path, ca
     counts = [sum(1 for c in convs if c % 3 == k) for k in range(3)]
     assert max(counts) - min(counts) <= 1  # conversations, not requests, within one of each other
     assert "by endpoint:" in out and "contamination check passed" in out
+
+
+def test_least_in_flight_sends_around_a_replica_that_stopped_answering(sims, tmp_path, capsys, monkeypatch):
+    import os
+    import signal
+    import threading
+
+    import loadgate.load.levels as levels
+    from loadgate.records import read_records
+
+    urls = [sp.url for sp in sims[:2]]
+    p = with_baseline(tmp_path, urls[0], urls, capsys)
+    doc = yaml.safe_load(p.read_text())
+    doc["target"] = {"endpoints": urls, "route": "least_in_flight"}
+    doc["workload"]["requests"] = 60
+    doc["load"]["concurrency"] = 4
+    p.write_text(yaml.safe_dump(doc))
+    stuck = sims[1].pid
+    assert stuck is not None
+    real, timers = levels.scrape_all, []
+
+    async def scrape_then_stop_replica_1(session: Any, metrics_urls: list[str]) -> Any:
+        snap = await real(session, metrics_urls)
+        if not timers:  # the window begins: replica 1 stops answering for 1.5 s (its requests hang)
+            os.kill(stuck, signal.SIGSTOP)
+            timers.append(threading.Timer(1.5, os.kill, (stuck, signal.SIGCONT)))
+            timers[0].start()
+        return snap
+
+    monkeypatch.setattr(levels, "scrape_all", scrape_then_stop_replica_1)
+    for sp in sims[:2]:
+        sp.reset_truth()
+    try:
+        code = main(["run", str(p)])
+    finally:
+        for t in timers:
+            t.join()
+        os.kill(stuck, signal.SIGCONT)
+    assert code == 0, capsys.readouterr().err
+    recs = list(read_records(tmp_path / "out" / "r" / "records.jsonl"))
+    assert len(recs) == 60 and all(r.succeeded for r in recs)
+    on = [sum(r.endpoint == k for r in recs) for k in range(2)]
+    # round robin would have sent 30 to each (and every slot would have waited on replica 1); here
+    # replica 1 held at most the 4 slots' worth while it was stopped, and replica 0 took the rest
+    assert on[1] <= 4 and on[0] == 60 - on[1], on
+    served = [{int(t["request_id"].rsplit("-", 1)[1]) for t in sp.truth_records() if "-L4-" in t["request_id"]}
+              for sp in sims[:2]]
+    assert [sorted(s) for s in served] == [sorted(r.i for r in recs if r.endpoint == k) for k in range(2)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -45,17 +46,38 @@ def test_counters_over_replicas_are_the_sum_of_each_replicas_samples():
     assert s.total("vllm:request_success_total") == 15.0
 
 
-def test_an_exchange_logs_record_names_the_replica_its_plan_index_or_conversation_chose():
+def test_an_exchange_logs_record_names_the_replica_it_was_sent_to():
     from loadgate.engine.adapters.base import Decoded
-    from loadgate.load.exchanges import Exchange
+    from loadgate.load.exchanges import Exchange, _exchange, encode
+    from loadgate.load.exchanges import _frames as frames
     from loadgate.load.recorder import exchange_record
     from loadgate.load.target import Raw
 
-    def x(i: int, session: tuple[int, int, int] | None = None) -> Exchange:
-        return Exchange(i, False, 16, 8, 0, 2, 0, None, Raw(start_ns=10, end_ns=20), False, None, session, False)
+    def x(endpoint: int | None) -> Exchange:
+        return Exchange(7, False, 16, 8, 0, 2, 0, None, Raw(start_ns=10, end_ns=20, endpoint=endpoint))
 
-    assert exchange_record(x(7), Decoded(), 0).endpoint is None  # one endpoint: null
-    assert exchange_record(x(7), Decoded(), 0, endpoints=3).endpoint == 1  # round robin: 7 mod 3
-    turn = x(7, (5, 2, 3))  # turn 2 of conversation 5
-    assert exchange_record(turn, Decoded(), 0, endpoints=3).endpoint == 1
-    assert exchange_record(turn, Decoded(), 0, endpoints=3, sticky=True).endpoint == 2  # 5 mod 3
+    assert exchange_record(x(None), Decoded(), 0).endpoint is None  # one endpoint: null
+    import io
+    for ep in (None, 2):  # through the exchange log's frame and back
+        (h, payload), = frames(io.BytesIO(encode(x(ep))))
+        assert exchange_record(_exchange(h, payload), Decoded(), 0).endpoint == ep
+
+
+def live(route: str, n: int) -> Any:
+    from loadgate.load.target import LiveTarget, TargetSpec
+
+    spec = TargetSpec("http://127.0.0.1:1", "openai-completions", "m", 1.0, transport="aiohttp", route=route,
+                      endpoints=tuple(f"http://127.0.0.1:{k + 1}" for k in range(n)))
+    return LiveTarget(spec, session=None)  # type: ignore[arg-type]  # (no request is sent)
+
+
+def test_least_in_flight_picks_the_replica_with_fewest_requests_in_flight_ties_round_robin():
+    t = live("least_in_flight", 3)
+    assert [t.endpoint_of(i) for i in range(3)] == [0, 1, 2]  # all idle: round robin from i
+    t.in_flight[:] = [2, 0, 1]
+    assert {t.endpoint_of(i) for i in range(6)} == {1}
+    t.in_flight[:] = [1, 3, 1]
+    assert [t.endpoint_of(i) for i in range(3)] == [0, 2, 2]  # a tie between 0 and 2: from i mod 3 on
+    sticky = live("sticky", 3)
+    assert [sticky.endpoint_of(i, conversation=4) for i in range(3)] == [1, 1, 1]
+    assert [live("round_robin", 3).endpoint_of(i, conversation=4) for i in range(3)] == [0, 1, 2]
