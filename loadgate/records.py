@@ -73,8 +73,9 @@ Schema version 9 — fields of one record:
                      it did not say (new in v8)
   ramp               true for the requests of a level's ramp (`load.ramp`: after the warmup, before the
                      measured phase; excluded from every figure like warmup), false otherwise (new in v9)
-  endpoint           the replica the request went to: its index in `target.endpoints` (route
-                     round_robin), null for one endpoint or a router (new in v9)
+  endpoint           the replica the request went to: its index in `target.endpoints` (routes
+                     round_robin, sticky, least_in_flight), null for one endpoint or a router
+                     (route via_router) (new in v9)
 
 Version 8 had the same fields less `ramp` (read as false) and `endpoint` (read as null).
 

@@ -429,7 +429,7 @@ p50/p90/p99 in ms, each with its bucket [lo_ms, hi_ms], the histogram's name, co
 without such histograms). Each level's `server_scrape`: the scraper process's report of the window
 (`net.scraper`: scrapes, its own CPU seconds, the interval, warnings for a metrics URL that did not
 answer or was not Prometheus text and for the series reaching its cap; null before it existed).
-Each level's `groups` gains `endpoint` (`target.endpoints` with route round_robin: the figures of each
+Each level's `groups` gains `endpoint` (`target.endpoints` without a router: the figures of each
 replica's requests, keyed by its index, from records v9 `endpoint`; the server counters are every
 replica's summed, `loadgate.load.replica_metrics`).
 Version 8 files read the same, the new fields null.

@@ -150,10 +150,7 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
                 before=_snapshot(before), after=_snapshot(after), prefix_cache_reset=reset,
                 gauges={k: None if v is None else GaugeStats(**v) for k, v in gauges.items()}, scrape=scraped)
         finally:
-            if isinstance(runner, WorkerGroup):
-                runner.close()
-            else:
-                runner.close()
+            runner.close()  # (worker processes, or this process's pools)
         index += 1
         if next_level is not None and not stop.is_set():
             following = next_level(loop, server[str(level)], health[str(level)])

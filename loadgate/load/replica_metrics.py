@@ -1,4 +1,4 @@
-"""The server's counters over several replicas (`target.endpoints`, route round_robin): each
+"""The server's counters over several replicas (`target.endpoints` without a router): each
 replica's `/metrics` scraped, and the samples summed by name and labels.
 
 Summing is what the figures need: a counter's delta over the window summed over the replicas is

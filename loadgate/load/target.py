@@ -55,7 +55,7 @@ class TargetSpec:
     seed: int = 0  # the profile's seed: per-request sampling seeds come from it
     sessions_header: str = ""  # workload.sessions.header: the conversation id's header ("": none)
     abort: Abort | None = None  # load.abort: the circuit breaker over the measured requests
-    endpoints: tuple[str, ...] = ()  # replicas' base URLs, requests spread by round robin (): base_url alone
+    endpoints: tuple[str, ...] = ()  # replicas' base URLs, requests spread over them by `route` (): base_url alone
     route: str = "round_robin"  # with endpoints: round_robin, sticky or least_in_flight (target.route)
 
 
