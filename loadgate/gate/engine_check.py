@@ -89,7 +89,7 @@ async def capture(e: Engine, corpus: Corpus, name: str) -> bl.Baseline:
     `exactness.sampling.distribution_preserving`, the baseline's samples too."""
     ex = exactness_of(e.profile)
     doc, h = await fingerprint_of(e)
-    sender = sender_for(e, ex)
+    sender = sender_for(check_engine_of(e), ex)  # with target.endpoints: on replica 0, as the check
     try:
         observed = await sender.send_all(list(corpus.cases), 1, f"baseline-{name}")
         samples = (await baseline_samples(sender, corpus, ex.sampling, f"baseline-{name}-samples")

@@ -325,3 +325,13 @@ def test_least_in_flight_sends_around_a_replica_that_stopped_answering(sims, tmp
     served = [{int(t["request_id"].rsplit("-", 1)[1]) for t in sp.truth_records() if "-L4-" in t["request_id"]}
               for sp in sims[:2]]
     assert [sorted(s) for s in served] == [sorted(r.i for r in recs if r.endpoint == k) for k in range(2)]
+
+
+def test_a_baseline_and_the_check_go_to_replica_0_never_through_the_router(sims, tmp_path, capsys):
+    router, replicas = sims[2], sims[:2]
+    for sp in sims[:3]:
+        sp.reset_truth()
+    p = with_baseline(tmp_path, router.url, [sp.url for sp in replicas], capsys)
+    assert [generations(sp) for sp in (*replicas, router)] == [3, 0, 0]  # the baseline's 3 cases
+    assert main(["check", str(p)]) == 0
+    assert [generations(sp) for sp in (*replicas, router)] == [6, 0, 0]
