@@ -230,6 +230,7 @@ class AttestationDoc(Document):
     protocol: dict[str, Any] | Absent = ABSENT
     sampling: dict[str, Any] | Absent = ABSENT
     drift: dict[str, Any] | Absent = ABSENT
+    replicas: dict[str, Any] | Absent = ABSENT  # target.endpoints: each replica's URL and hash, the one checked
     attestation_sha256: str | Absent = ABSENT
 
 

@@ -73,8 +73,11 @@ Schema version 9 — fields of one record:
                      it did not say (new in v8)
   ramp               true for the requests of a level's ramp (`load.ramp`: after the warmup, before the
                      measured phase; excluded from every figure like warmup), false otherwise (new in v9)
+  endpoint           the replica the request went to: its index in `target.endpoints` (routes
+                     round_robin, sticky, least_in_flight), null for one endpoint or a router
+                     (route via_router) (new in v9)
 
-Version 8 had the same fields less `ramp` (read as false).
+Version 8 had the same fields less `ramp` (read as false) and `endpoint` (read as null).
 
 Version 7 had the same fields less `conversation`, `turn`, `turns` and `cached_tokens` (read as null).
 
@@ -165,6 +168,7 @@ class Record:
     turns: int | None = None  # the turns the conversation was planned to send (new in v8)
     cached_tokens: int | None = None  # prompt tokens the engine's prefix cache served, as it said (new in v8)
     ramp: bool = False  # a request of a level's ramp, outside every figure (new in v9)
+    endpoint: int | None = None  # its replica: the index in target.endpoints, None for one endpoint (new in v9)
 
     @property
     def succeeded(self) -> bool:
@@ -214,7 +218,7 @@ def _is_int(x: Any) -> bool:
 
 _INTS = ("i", "ready_ns", "start_ns", "end_ns", "output_tokens_planned")
 _OPTIONAL_INTS = ("intended_ns", "headers_ns", "status", "prompt_tokens_planned", "prompt_tokens", "completion_tokens",
-                  "reasoning_tokens", "answer_chunk", "conversation", "turn", "turns", "cached_tokens")
+                  "reasoning_tokens", "answer_chunk", "conversation", "turn", "turns", "cached_tokens", "endpoint")
 
 
 def _check_types(f: dict[str, Any]) -> None:

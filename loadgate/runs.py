@@ -47,6 +47,7 @@ from loadgate.gate import policy
 from loadgate.gate.attestation import Attestation, Token, Unverified
 from loadgate.gate.engine_check import CheckOutcome, capture, check_engine, corpus_of, fingerprint_of
 from loadgate.gate.fingerprint import diff, fingerprint_hash
+from loadgate.gate.replicas import check_words, replicas_meta, spread_over
 from loadgate.jsonutil import dump_json, load_json
 from loadgate.load.executors import NEVER, StopFlag
 from loadgate.load.gpu import gpu_telemetry
@@ -187,7 +188,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
     spec = target_spec(profile, e.settings, e.base, e.model, timeout_s=profile.target.timeout_s,
                        stream=profile.load.stream, pool_text=tp.text if need_text else None,
                        prompt_overhead=overhead if tp.exact else None, transport=profile.load.transport,
-                       request=profile.load.request)
+                       request=profile.load.request, endpoints=spread_over(profile.target),
+                       route=profile.target.route)
     lv = levels(profile)
     meta_cpus = {"count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0))}
     t0 = perf_counter_ns()
@@ -201,7 +203,8 @@ async def measure(token: Token, e: Engine, run_dir: Path, tokens: Tokens, *,
         "sessions": plan.sessions_meta(profile),
         "chat_template_tokens": overhead if chat else None, "unverified": isinstance(token, Unverified),
         "attestation": token.meta(), "tls_insecure": profile.target.tls.insecure,
-        "cpus": meta_cpus, **(extra_meta or {})})
+        "cpus": meta_cpus, "replicas": replicas_meta(profile.target, isinstance(token, Attestation)),
+        **(extra_meta or {})})
     search = profile.load.search
     prober, expected = None, len(lv)
     if search is not None:  # (here, not at the top: the prober summarizes, with numpy, which a run imports late)
@@ -233,6 +236,8 @@ async def gated(e: Engine, run_dir: Path, unverified: bool, say: Say) -> AsyncIt
         async with policy.unverified(e) as u:
             yield u
     else:
+        if e.profile.target.replicas:
+            say(check_words(e.profile.target))
         async with policy.attested(e, run_dir, lambda o: say(report_text(o.report))) as a:
             yield a
 

@@ -263,10 +263,9 @@ class LevelSummary:
                    server_latency=d.get("server_latency"), server_scrape=d.get("server_scrape"))
 
 
-GROUP_FIELDS = ("category", "turn")
+GROUP_FIELDS = ("category", "turn", "endpoint")
 NO_GROUP = "(none)"  # the group of the records that have no value for the field
-"""Record fields the figures are broken down by (the capacity and scale-out work adds time slice
-and endpoint)."""
+"""Record fields the figures are broken down by (`endpoint`: the replica, `target.endpoints`)."""
 
 
 def group_value(r: Record, field: str) -> str | None:
@@ -276,8 +275,8 @@ def group_value(r: Record, field: str) -> str | None:
 
 
 def _group_order(field: str) -> Callable[[str], tuple[int, int, str]]:
-    """Groups in order: turns by number ("10" after "9"), the rest by name."""
-    return lambda v: (0, int(v), "") if field == "turn" and v.isdigit() else (1, 0, v)
+    """Groups in order: turns and endpoints by number ("10" after "9"), the rest by name."""
+    return lambda v: (0, int(v), "") if field in ("turn", "endpoint") and v.isdigit() else (1, 0, v)
 
 
 def group_figures(records: list[Record], window_s: float | None, counters: dict[str, Any] | None,
@@ -431,6 +430,9 @@ p50/p90/p99 in ms, each with its bucket [lo_ms, hi_ms], the histogram's name, co
 without such histograms). Each level's `server_scrape`: the scraper process's report of the window
 (`net.scraper`: scrapes, its own CPU seconds, the interval, warnings for a metrics URL that did not
 answer or was not Prometheus text and for the series reaching its cap; null before it existed).
+Each level's `groups` gains `endpoint` (`target.endpoints` without a router: the figures of each
+replica's requests, keyed by its index, from records v9 `endpoint`; the server counters are every
+replica's summed, `loadgate.load.replica_metrics`).
 Version 8 files read the same, the new fields null.
 8: the summary's `trace` (a timed trace's replay, `load.schedule: trace`: what meta.json says of
 it: requests, span_s, mean_rate, out_of_order lines, lines, speed, window_s, and `sharing`, the

@@ -186,12 +186,21 @@ class Gpu:
                          "warning)", exclusive_min=0.0)
 
 
+ROUTES = ("round_robin", "least_in_flight", "sticky", "via_router")  # target.route (docs/replicas.md)
+
+
 @dataclass(frozen=True)
 class Target:
     """The engine under test."""
 
     endpoint: str = knob("embedded", "'embedded' (in-process simulator) or the engine's base URL, "
                          "e.g. http://127.0.0.1:8000")
+    endpoints: tuple[str, ...] | None = knob(
+        None, "several replicas' base URLs (docs/replicas.md); with route via_router, target.endpoint is the "
+        "router every request goes to and these are read for their fingerprints only")
+    route: str = knob("round_robin", "how requests spread over target.endpoints: round_robin (by plan index), "
+                      "sticky (a conversation's turns on one replica), via_router (all to target.endpoint, a "
+                      "router in front of them) or least_in_flight", one_of=lambda: ROUTES)
     api: str = knob("openai-completions", "HTTP API used for generation: openai-* as vLLM/SGLang serve it, "
                     "llamacpp (llama-server /completion) or llamacpp-openai-* (its /v1 routes)", one_of=apis)
     model: str | None = knob(None, "model name sent in requests; default: the first of /v1/models")
@@ -232,6 +241,9 @@ class Target:
         """Endpoint and metrics URL are http(s) URLs; extra_body keeps off the keys loadgate sets."""
         if self.endpoint != "embedded" and not is_http_url(self.endpoint):
             return [("endpoint", f"expected 'embedded' or an http:// or https:// URL, got {self.endpoint!r}")]
+        problem = self._check_endpoints()
+        if problem:
+            return problem
         if self.metrics_url is not None and not is_http_url(self.metrics_url):
             return [("metrics_url", f"expected an http:// or https:// URL, got {self.metrics_url!r}")]
         for k, u in enumerate(self.extra_metrics_urls):
@@ -250,6 +262,35 @@ class Target:
                          "target.extra_body_override: true to replace it")]
         return []
 
+    def _check_endpoints(self) -> list[tuple[str, str]]:
+        """`endpoints`: not empty, http(s) URLs, none twice; not beside `endpoint` unless the route is
+        via_router (where `endpoint`, the router, is required)."""
+        if self.endpoints is None:
+            if self.route != "round_robin":
+                return [("route", f"{self.route} chooses among target.endpoints, and none are listed")]
+            return []
+        if not self.endpoints:
+            return [("endpoints", "is empty: list the replicas' base URLs, or leave it out and set target.endpoint")]
+        seen: dict[str, int] = {}
+        for k, u in enumerate(self.endpoints):
+            if not is_http_url(u):
+                return [(f"endpoints[{k}]", f"expected an http:// or https:// URL, got {u!r}")]
+            j = seen.setdefault(u.rstrip("/"), k)
+            if j != k:
+                return [(f"endpoints[{k}]", f"{u!r} is listed twice (also endpoints[{j}]): each replica once")]
+        if self.route == "via_router":
+            if self.endpoint == "embedded":
+                return [("route", "via_router sends every request to target.endpoint, the router in front of "
+                         "target.endpoints: give the router's URL there")]
+        elif self.endpoint != "embedded":
+            return [("endpoint", "set target.endpoint or target.endpoints, not both (both only with route: "
+                     "via_router, where endpoint is the router and endpoints its replicas)")]
+        return []
+
+    @property
+    def replicas(self) -> tuple[str, ...]:
+        """The replicas' base URLs (no trailing slash), () for one endpoint."""
+        return tuple(u.rstrip("/") for u in self.endpoints or ())
 
 # Body keys loadgate sets on every request: refused in target.extra_body unless extra_body_override
 OWN_KEYS = frozenset({"model", "prompt", "messages", "stream", "max_tokens", "max_completion_tokens", "n_predict",
@@ -918,7 +959,7 @@ class Profile:
                     why = aborting.refusal(t) or self._abort_refusal()
                     if why is not None:
                         return [(f"thresholds.{metric}[{k}].abort_on_fail", why)]
-        problem = self._check_search() or self._check_ramp_requests() or self._check_slices()
+        problem = self._check_search() or self._check_ramp_requests() or self._check_slices() or self._check_route()
         if problem:
             return problem
         ss = self.workload.sessions
@@ -932,6 +973,23 @@ class Profile:
                      "write a baseline file with `loadgate baseline`")]
         return []
 
+
+    def _check_route(self) -> list[tuple[str, str]]:
+        """A sticky route needs conversations; spreading the requests reads each replica's own
+        counters (no shared metrics URL, no one cache to reset)."""
+        t = self.target
+        if t.endpoints is None or t.route == "via_router":
+            return []
+        if t.route == "sticky" and self.workload.sessions is None:
+            return [("target.route", "sticky keeps a conversation's turns on one replica: it needs conversations "
+                     "(workload.sessions); use round_robin")]
+        if t.metrics_url is not None:
+            return [("target.metrics_url", f"with route {t.route} each replica's own /metrics is read "
+                     "(ENDPOINT/metrics) and the counters summed: leave metrics_url out")]
+        if self.load.reset_prefix_cache:
+            return [("load.reset_prefix_cache", "emptying every replica's prefix cache between levels is "
+                     "not built yet: leave it out with target.endpoints")]
+        return []
 
     def _check_ramp_requests(self) -> list[tuple[str, str]]:
         """An open loop's ramp sends fewer requests than its measured phase: its expected arrivals

@@ -22,7 +22,10 @@ from loadgate.exactness.result import contract_doc
 from loadgate.version import __version__
 
 
-def attestation_doc(fp: dict[str, Any], fp_hash: str, corpus: Corpus, b: bl.Baseline, r: CheckResult) -> dict[str, Any]:
+def attestation_doc(fp: dict[str, Any], fp_hash: str, corpus: Corpus, b: bl.Baseline, r: CheckResult,
+                    replicas: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The attestation document, hashed; `replicas` (target.endpoints): every replica's URL and
+    fingerprint hash, and the one the check ran on (`loadgate.gate.replicas.replicas_doc`)."""
     doc = AttestationDoc(
         kind="loadgate exactness attestation", loadgate=__version__,
         time=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -37,7 +40,8 @@ def attestation_doc(fp: dict[str, Any], fp_hash: str, corpus: Corpus, b: bl.Base
                                                     else {})} for k, v in r.sampling.items()}
         if r.sampling else ABSENT,
         drift={name: {k: d[k] for k in ("compared", "differ_from_baseline", "differ_from_modal", "prompts",
-                                        "prompts_varying")} for name, d in r.drift.items()} if r.drift else ABSENT)
+                                        "prompts_varying")} for name, d in r.drift.items()} if r.drift else ABSENT,
+        replicas=ABSENT if replicas is None else replicas)
     body = doc.to_json()
     return {**body, "attestation_sha256": hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()}
 
@@ -48,7 +52,7 @@ def attestation_meta(att: dict[str, Any] | None) -> dict[str, Any] | None:
     if att is None:
         return None
     return {k: att[k] for k in ("fingerprint_hash", "corpus_sha256", "baseline_sha256", "contract", "scenarios",
-                                "verdicts", "attestation_sha256", "time")}
+                                "verdicts", "attestation_sha256", "time", "replicas") if k in att}
 
 
 class Attestation:

@@ -26,6 +26,7 @@ from loadgate.exactness.result import result_doc
 from loadgate.gate.attestation import attestation_doc
 from loadgate.gate.fingerprint import build, fingerprint_hash, introspect
 from loadgate.gate.protocol import run_protocol
+from loadgate.gate.replicas import check_engine_of, replica_fingerprints, replicas_doc, require_equal
 from loadgate.gate.sampling import baseline_samples, distribution_preserving, seed_claim, seeded_replay
 from loadgate.jsonutil import dump_json
 from loadgate.load.target import target_spec
@@ -52,11 +53,23 @@ def request_part(ex: Exactness, api: str, extra_body: dict[str, Any] | None = No
     return out
 
 
-async def fingerprint_of(e: Engine) -> tuple[dict[str, Any], str]:
-    intro = await introspect(e.session, e.base, e.metrics_url)
+async def fingerprint_of(e: Engine, when: str = "before anything was measured") -> tuple[dict[str, Any], str]:
+    """The engine's fingerprint and hash; with target.endpoints, the replicas' one fingerprint
+    (ExactnessNotEstablished, naming the odd replica, when they differ: `loadgate.gate.replicas`)."""
+    doc, h, _ = await fingerprints_of(e, when)
+    return doc, h
+
+
+async def fingerprints_of(e: Engine, when: str) -> tuple[dict[str, Any], str, dict[str, Any] | None]:
+    """`fingerprint_of`, and each replica's URL and hash (`replicas_doc`; None for one endpoint)."""
     t = e.profile.target
-    doc = build(intro, t.declared, request_part(exactness_of(e.profile), t.api, t.extra_body))
-    return doc, fingerprint_hash(doc)
+    request = request_part(exactness_of(e.profile), t.api, t.extra_body)
+    if t.replicas:
+        fps = await replica_fingerprints(e, request)
+        require_equal(fps, when)
+        return fps[0].doc, fps[0].hash, replicas_doc(fps)
+    doc = build(await introspect(e.session, e.base, e.metrics_url), t.declared, request)
+    return doc, fingerprint_hash(doc), None
 
 
 def corpus_of(profile: Profile) -> Corpus:
@@ -76,7 +89,7 @@ async def capture(e: Engine, corpus: Corpus, name: str) -> bl.Baseline:
     `exactness.sampling.distribution_preserving`, the baseline's samples too."""
     ex = exactness_of(e.profile)
     doc, h = await fingerprint_of(e)
-    sender = sender_for(e, ex)
+    sender = sender_for(check_engine_of(e), ex)  # with target.endpoints: on replica 0, as the check
     try:
         observed = await sender.send_all(list(corpus.cases), 1, f"baseline-{name}")
         samples = (await baseline_samples(sender, corpus, ex.sampling, f"baseline-{name}-samples")
@@ -155,7 +168,8 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
     ex = exactness_of(profile)
     corpus = corpus_of(profile)
     b = await resolve_baseline(profile, corpus)
-    fp, fp_hash = await fingerprint_of(e)
+    fp, fp_hash, replicas = await fingerprints_of(e, "before anything was measured")
+    e = check_engine_of(e)  # with target.endpoints: the check runs once, on replica 0
     spec_on, source = speculation_declared(fp)
     required = spec_on if ex.speculation == "auto" else ex.speculation == "on"
     contract = ex.contract
@@ -183,7 +197,7 @@ async def check_engine(e: Engine, run_dir: Path) -> CheckOutcome:
         baseline=BaselineRef(str(b.path or ""), b.sha256, b.fingerprint_hash),
         corpus=CorpusRef(str(corpus.path), corpus.sha256, len(corpus.cases)), bundles=[str(p) for p in bundles])
     report = doc.to_json()
-    att = attestation_doc(fp, fp_hash, corpus, b, result) if result.passed else None
+    att = attestation_doc(fp, fp_hash, corpus, b, result, replicas) if result.passed else None
     dump_json(run_dir / "exactness.json", report)
     dump_json(run_dir / "fingerprint.json", FingerprintFile(fp_hash, Fingerprint.from_json(fp, "fingerprint")).to_json())
     if att is not None:

@@ -38,7 +38,7 @@ def _issue(token: Token) -> Token:
 async def verify_fingerprint(e: Engine, att: Attestation, when: str) -> None:
     """Raise ExactnessNotEstablished (naming the fields) when the engine's live fingerprint is not
     the attested one."""
-    fp, h = await fingerprint_of(e)
+    fp, h = await fingerprint_of(e, when)  # with target.endpoints: every replica's, required equal
     if h != att.fingerprint_hash:
         changes = diff(att.doc["fingerprint"], fp)
         raise ExactnessNotEstablished(
@@ -82,7 +82,10 @@ async def attested(e: Engine, run_dir: Path, show: Callable[[CheckOutcome], None
 
 @contextlib.asynccontextmanager
 async def unverified(e: Engine) -> AsyncIterator[Unverified]:
-    """No check: the explicit token of `--unverified` (its figures are marked UNVERIFIED, exit 11)."""
+    """No check: the explicit token of `--unverified` (its figures are marked UNVERIFIED, exit 11).
+    Replicas (target.endpoints) must still be alike: their fingerprints are read and compared."""
+    if e.profile.target.replicas:
+        await fingerprint_of(e)
     token = _issue(Unverified())
     assert isinstance(token, Unverified)
     yield token

@@ -87,7 +87,7 @@ def encode(x: Exchange) -> bytes:
         "er": None if raw.error is None else [raw.error.kind, raw.error.detail],
         "sk": socket, "ts": [t for t, _ in reads], "ln": [len(b) for _, b in reads],
         "src": raw.stamp_source, "lag": raw.read_lag_max_ns, "nc": raw.new_connection,
-        "rb": raw.read_begin, "sn": raw.sent_ns,
+        "rb": raw.read_begin, "sn": raw.sent_ns, "ep": raw.endpoint,
         # the aiohttp path notes each read's floor as it receives (the socket path works them out
         # from `rb` when decoding)
         "pr": list(raw.prev_read_of.items()) if raw.socket_reads is None else [],
@@ -103,7 +103,7 @@ def _exchange(h: dict[str, Any], payload: bytes) -> Exchange:
     raw = Raw(start_ns=h["st"], headers_ns=h["hd"], end_ns=h["en"], status=h["ss"],
               error=None if h["er"] is None else ErrorInfo(h["er"][0], h["er"][1]),
               stamp_source=h["src"], read_lag_max_ns=h["lag"], new_connection=h["nc"],
-              read_begin=[tuple(b) for b in h["rb"]], sent_ns=h["sn"])
+              read_begin=[tuple(b) for b in h["rb"]], sent_ns=h["sn"], endpoint=h.get("ep"))
     if h["sk"]:
         raw.socket_reads = reads
     else:

@@ -53,12 +53,14 @@ LoadLevel = Concurrency | Rate  # what a profile's `load.concurrency | load.rate
 async def run_one(t: LiveTarget, req: PlannedRequest, run_tag: str, rec: Recorder, *, t0_ns: int, level: float | int,
                   ready_ns: int, intended_ns: int | None) -> None:
     body = t.bodies.pop(req.i, None) or body_for(t, req)
+    endpoint = t.endpoint_of(req.i)
     try:
-        raw = await fetch(t, body, f"{run_tag}-{req.i}")
+        raw = await fetch(t, body, f"{run_tag}-{req.i}", endpoint=endpoint)
     except asyncio.CancelledError:
         if rec.stop.why is not None:  # cut off by an abort: kept, an error of its own kind
             rec.submit(req, Raw(start_ns=ready_ns, end_ns=perf_counter_ns(), error=ErrorInfo(
-                "aborted", f"cut off by the abort: {rec.stop.why}"[:300])), t0_ns=t0_ns, level=level,
+                "aborted", f"cut off by the abort: {rec.stop.why}"[:300]),
+                endpoint=endpoint if len(t.urls) > 1 else None), t0_ns=t0_ns, level=level,
                 ready_ns=ready_ns, intended_ns=intended_ns)
         raise
     rec.submit(req, raw, t0_ns=t0_ns, level=level, ready_ns=ready_ns, intended_ns=intended_ns)

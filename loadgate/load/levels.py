@@ -27,11 +27,11 @@ from loadgate.engine.adapters.base import GAUGE_KEYS
 from loadgate.load.executors import Concurrency, LoadLevel, Rate, StopFlag
 from loadgate.load.plan import Plan, build_plan
 from loadgate.load.recorder import read_abort
+from loadgate.load.replica_metrics import scrape_all
 from loadgate.load.target import LiveTarget, TargetSpec
 from loadgate.load.workers import Phase, WorkerGroup, run_phase_here
 from loadgate.net.connect import Engine
 from loadgate.net.http import empty_prefix_cache
-from loadgate.net.scrape import scrape
 from loadgate.net.scraper import Scraper
 from loadgate.records import RecordWriter
 from loadgate.snapshot import Snapshot, snapshot_to_json
@@ -99,7 +99,7 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
     measured phase."""
     profile = e.profile
     load = profile.load
-    metrics_url = profile.metrics_url(e.base)
+    metrics_urls = [profile.metrics_url(b) for b in spec.endpoints or (e.base,)]  # replicas: summed
     server: dict[str, ServerLevel] = {}
     health: dict[str, list[HealthPhase]] = {}
     index = 0
@@ -127,7 +127,7 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
                              writer, lambda n: None, runner, stop)
             if stop.is_set():
                 break
-            before = await scrape(e.session, metrics_url)
+            before = await scrape_all(e.session, metrics_urls)
             scraper.begin(level)
             poll = None
             if watch is not None:  # the thresholds with abort_on_fail, judged as the phase's requests finish
@@ -145,15 +145,12 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             gauges = scraped.pop("gauges") or dict.fromkeys(GAUGE_KEYS)
             if (why := read_abort(workers_dir)) is not None:  # a worker's breaker (or this process's) tripped
                 stop.abort(why, now=False)
-            after = await scrape(e.session, metrics_url)
+            after = await scrape_all(e.session, metrics_urls)
             server[str(level)] = ServerLevel(  # prefix_cache_reset: the route that emptied the cache (None: not asked)
                 before=_snapshot(before), after=_snapshot(after), prefix_cache_reset=reset,
                 gauges={k: None if v is None else GaugeStats(**v) for k, v in gauges.items()}, scrape=scraped)
         finally:
-            if isinstance(runner, WorkerGroup):
-                runner.close()
-            elif runner.pool is not None:
-                runner.pool.close()
+            runner.close()  # (worker processes, or this process's pools)
         index += 1
         if next_level is not None and not stop.is_set():
             following = next_level(loop, server[str(level)], health[str(level)])

@@ -11,6 +11,7 @@ decodes it (`loadgate report`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -198,10 +199,12 @@ def read_abort(run_dir: Path) -> str | None:
 
 
 def exchange_record(x: Exchange, d: Decoded, prompt_overhead: int | None) -> Record:
-    """The record of one logged exchange, once decoded."""
-    return to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category, x.session, x.ramp),
+    """The record of one logged exchange, once decoded (with several endpoints, the one `fetch`
+    sent it to)."""
+    rec = to_record(Planned(x.i, x.warmup, x.prompt_len, x.output_len, x.counted, x.category, x.session, x.ramp),
                      x.raw, d, t0_ns=x.t0_ns, level=x.level,
                      ready_ns=x.ready_ns, intended_ns=x.intended_ns, prompt_overhead=prompt_overhead)
+    return rec if x.raw.endpoint is None else dataclasses.replace(rec, endpoint=x.raw.endpoint)
 
 
 def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:

@@ -55,7 +55,7 @@ class TurnSender:
             i = plan.n_warmup + conv.first + turn - 1
             req = plan.turn(conv, turn, replies) if actual and turn > 1 else plan[i]
             body = t.bodies.pop(i, None) or body_for(t, req)
-            raw = await fetch(t, body, f"{self.run_tag}-{i}", headers)
+            raw = await fetch(t, body, f"{self.run_tag}-{i}", headers, t.endpoint_of(i, conv.index))
             self.recorder.submit(req, raw, t0_ns=self.t0_ns, level=self.level, ready_ns=ready,
                                  intended_ns=intended_ns if turn == 1 else None)
             LOOP_TURNS.touch()

@@ -55,6 +55,8 @@ class TargetSpec:
     seed: int = 0  # the profile's seed: per-request sampling seeds come from it
     sessions_header: str = ""  # workload.sessions.header: the conversation id's header ("": none)
     abort: Abort | None = None  # load.abort: the circuit breaker over the measured requests
+    endpoints: tuple[str, ...] = ()  # replicas' base URLs, requests spread over them by `route` (): base_url alone
+    route: str = "round_robin"  # with endpoints: round_robin, sticky or least_in_flight (target.route)
 
 
 def target_spec(profile: Profile, settings: SessionSettings, base: str, model: str, *, timeout_s: float,
@@ -74,22 +76,53 @@ def target_spec(profile: Profile, settings: SessionSettings, base: str, model: s
 
 @dataclass
 class LiveTarget:
-    """A TargetSpec bound to this process's event loop: adapter, URL, sessions and pools."""
+    """A TargetSpec bound to this process's event loop: adapter, URL, sessions and pools (with
+    several endpoints: a URL and a pool each, `url` and `pool` the first's)."""
 
     spec: TargetSpec
     session: aiohttp.ClientSession
     adapter: EngineAdapter = field(init=False)
     url: str = field(init=False)
     pool: Pool | None = field(init=False)
+    urls: list[str] = field(init=False)
+    pools: list[Pool | None] = field(init=False)
+    in_flight: list[int] = field(init=False)  # this process's requests in flight, per endpoint
     bodies: dict[int, bytes] = field(init=False, default_factory=dict)  # plan index -> body built ahead
 
     def __post_init__(self) -> None:
         for secret in self.spec.secrets:
             register(secret)
         self.adapter = adapter_for(self.spec.api)
-        self.url = self.spec.base_url + self.adapter.path
-        ctx = self.spec.tls.context() if self.url.startswith("https:") else None
-        self.pool = Pool(self.url, self.spec.limits, ctx) if self.spec.transport == "socket" else None
+        self.urls = [base + self.adapter.path for base in self.spec.endpoints or (self.spec.base_url,)]
+        self.pools = [Pool(u, self.spec.limits, self.spec.tls.context() if u.startswith("https:") else None)
+                      if self.spec.transport == "socket" else None for u in self.urls]
+        self.url, self.pool = self.urls[0], self.pools[0]
+        self.in_flight = [0] * len(self.urls)
+
+    def endpoint_of(self, i: int, conversation: int | None = None) -> int:
+        """The endpoint plan request `i` (a turn of `conversation`) goes to: by the route
+        (`endpoint_of`); least_in_flight: the one with the fewest of this process's requests in
+        flight now, ties broken round robin from i mod n (`fetch` counts them)."""
+        n = len(self.urls)
+        if self.spec.route == "least_in_flight" and n > 1:
+            return min(range(n), key=lambda k: (self.in_flight[k], (k - i) % n))
+        return endpoint_of(i, n, conversation if self.spec.route == "sticky" else None)
+
+    def close(self) -> None:
+        """Close every endpoint's pool."""
+        for p in self.pools:
+            if p is not None:
+                p.close()
+
+
+def endpoint_of(i: int, n: int, conversation: int | None = None) -> int:
+    """Round robin by plan index: request `i` goes to endpoint i mod n, so the counts per endpoint
+    are within one of each other and the same plan sends the same requests to the same replica.
+    Sticky (`conversation` given: the request is a turn of it): by the conversation's index
+    instead, so all its turns go to one replica, the conversations within one of each other."""
+    if n <= 1:
+        return 0
+    return (conversation if conversation is not None else i) % n
 
 
 @dataclass
@@ -116,6 +149,7 @@ class Raw:
     quiet_of: dict[int, bool] = field(default_factory=dict)  # a read's stamp -> its turn woke from an idle poll
     one_segment_of: dict[int, bool] = field(default_factory=dict)  # a read's stamp -> its bytes came in one segment
     trailing: set[int] = field(default_factory=set)  # stamps of reads whose last event carried no tokens
+    endpoint: int | None = None  # the replica it went to (several target.endpoints), else None
 
 
 class IdleTimeout(Exception):
@@ -141,17 +175,27 @@ async def _until_done(conn: Conn, done: asyncio.Future[None], idle_s: float | No
                 return
 
 
-async def fetch(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None) -> Raw:
-    """POST `body` (with this request's own `headers`, e.g. a conversation's session header)."""
-    return await (fetch_socket(t, body, request_id, headers) if t.pool is not None else
-                  fetch_aiohttp(t, body, request_id, headers))
+async def fetch(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None,
+                endpoint: int = 0) -> Raw:
+    """POST `body` (with this request's own `headers`, e.g. a conversation's session header) to
+    `endpoint` (an index into `t.urls`)."""
+    t.in_flight[endpoint] += 1  # (before the first await: the next request's choice sees it)
+    try:
+        raw = await (fetch_socket(t, body, request_id, headers, endpoint) if t.pool is not None else
+                     fetch_aiohttp(t, body, request_id, headers, endpoint))
+    finally:
+        t.in_flight[endpoint] -= 1
+    if len(t.urls) > 1:
+        raw.endpoint = endpoint
+    return raw
 
 
-async def fetch_socket(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None) -> Raw:
+async def fetch_socket(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None,
+                       endpoint: int = 0) -> Raw:
     """POST over the raw transport: each socket read is stamped in `data_received` before any
     parsing; headers and chunked framing are parsed after the exchange (`finish_socket`)."""
-    assert t.pool is not None
-    pool = t.pool
+    pool = t.pools[endpoint]
+    assert pool is not None
     raw = Raw(start_ns=perf_counter_ns())
     wire = pool.request_bytes(body, {"x-request-id": request_id, **t.spec.headers, **(headers or {})})
     conn = None
@@ -235,13 +279,14 @@ def finish_socket(raw: Raw, trust_wakes: bool = True) -> None:
     raw.socket_reads = None
 
 
-async def fetch_aiohttp(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None) -> Raw:
+async def fetch_aiohttp(t: LiveTarget, body: bytes, request_id: str, headers: dict[str, str] | None = None,
+                        endpoint: int = 0) -> Raw:
     """POST `body` with aiohttp and keep every read with its arrival stamp."""
     raw = Raw(start_ns=perf_counter_ns())
     reads = raw.reads
     try:
         async with asyncio.timeout(t.spec.timeout_s):
-            async with t.session.post(t.url, data=body, headers={
+            async with t.session.post(t.urls[endpoint], data=body, headers={
                     "content-type": "application/json", "x-request-id": request_id, **t.spec.headers,
                     **(headers or {})}) as resp:
                 raw.headers_ns = perf_counter_ns()

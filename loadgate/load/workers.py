@@ -403,5 +403,4 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                         gc.unfreeze()
                 outbox.put(("done", j, health))
         finally:
-            if target.pool is not None:
-                target.pool.close()
+            target.close()

@@ -38,8 +38,12 @@ async def engine_url(profile: Profile) -> AsyncIterator[str]:
     """The engine's base URL. For `endpoint: embedded`, loadgate starts its simulator itself, in a
     child process on loopback (`loadgate sim`): the engine's work then never runs on the client's
     event loop, where it would show up as client lag and trip the health budgets."""
-    if profile.target.endpoint != "embedded":
-        yield profile.target.endpoint.rstrip("/")
+    t = profile.target
+    if t.replicas and t.route != "via_router":  # requests spread over the replicas: the first is the base
+        yield t.replicas[0]
+        return
+    if t.endpoint != "embedded":
+        yield t.endpoint.rstrip("/")
         return
     from loadgate.sim.process import SimProcess, take_prestarted
 
@@ -78,9 +82,11 @@ class Engine:
 @contextlib.asynccontextmanager
 async def open_engine(profile: Profile) -> AsyncIterator[Engine]:
     settings = session_settings(profile.target, profile.resolve)
-    if profile.target.endpoint != "embedded":
-        refuse_proxies(profile.target.endpoint)
-    async with engine_url(profile) as base, make_session(settings.headers, settings.ssl_for(base, profile.metrics_url(base))) as session:
+    for url in (profile.target.endpoint, *profile.target.replicas):
+        if url != "embedded":
+            refuse_proxies(url)
+    async with engine_url(profile) as base, make_session(settings.headers, settings.ssl_for(
+            base, profile.metrics_url(base), *profile.target.replicas)) as session:
         yield Engine(base, session, profile.target.model or await discover_model(session, base), profile, settings)
 
 
