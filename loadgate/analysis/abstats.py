@@ -139,12 +139,17 @@ def request_level(name: str, a_records: list[Record], b_records: list[Record], *
     if not sa or not sb:
         return None
     rng = np.random.default_rng(seed)
-    out = []
+    out, tried = [], 0
     for _ in range(n_boot // 10):
         pa = np.concatenate([sa[i] for i in rng.integers(0, len(sa), len(sa))])
         pb = np.concatenate([sb[i] for i in rng.integers(0, len(sb), len(sb))])
         if pa.size and pb.size:
-            out.append(np.percentile(pb, q) / np.percentile(pa, q))
+            tried += 1
+            a, b = float(np.percentile(pa, q)), float(np.percentile(pb, q))
+            if a > 0 and math.isfinite(a) and math.isfinite(b):  # a ratio to 0 (a TPOT of one read) is none
+                out.append(b / a)
+    if not out or len(out) < tried / 2:  # most resamples give no ratio: the interval is unknown, not made up
+        return None
     lo, hi = np.percentile(out, [100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2])
     return float(lo), float(hi)
 
