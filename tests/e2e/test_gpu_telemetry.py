@@ -180,6 +180,8 @@ def test_a_dcgm_exporter_among_the_extra_metrics_urls_gives_each_level_its_gpu_f
     g0, g1 = win["gpus"]["0"], win["gpus"]["1"]
     assert g0["name"] == "NVIDIA H200" and g0["energy_source"] == "counter" and g0["power_w"]["mean"] == 310.5
     window_s = lv["throughput"]["window_s"]
-    assert g0["energy_j"] == pytest.approx(310.5 * window_s, abs=2.0) and g1["energy_j"] == 0.0
+    # each edge scrape is stamped when it is sent and the exporter reads its clock when it answers,
+    # a scrape's latency later (milliseconds; more on a busy machine): 0.1 s of the GPU's draw allowed
+    assert g0["energy_j"] == pytest.approx(310.5 * window_s, abs=310.5 * 0.1) and g1["energy_j"] == 0.0
     tokens = lv["throughput"]["output_token_throughput"] * window_s
     assert win["joules_per_output_token"] == pytest.approx(g0["energy_j"] / tokens)
