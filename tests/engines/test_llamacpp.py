@@ -29,6 +29,7 @@ import llama  # noqa: E402  (scripts/engines is on sys.path: tests/engines/conft
 import orjson
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from loadgate.cli import main
 from loadgate.engine.adapters.base import Decoded, GenRequest
@@ -494,3 +495,34 @@ def test_llama_server_frees_the_slot_of_a_client_that_left(bf16_slots4):
         assert got < asked, checks[name]
     tools = checks["tools"]  # the test server runs without --jinja: it says so in /props
     assert tools["status"] == "not applicable" and "chat_template_caps" in tools["detail"], tools
+
+
+def test_one_run_across_two_llama_server_replicas_spreads_its_requests_and_passes(serve, work, baseline, profile_for):
+    """Issue 33 against the real engine: two llama-server processes of one configuration as
+    `target.endpoints`. Both are fingerprinted alike, the check runs once (on replica 0), the
+    measured requests alternate between them by plan index, each server's own counters saw its
+    share (the summed counters' contamination check passes), and the level has figures by endpoint."""
+    a, b = serve(), serve()
+    p = profile_for("replicas", a, baseline=baseline["path"])
+    doc = yaml.safe_load(p.read_text())
+    doc["target"].pop("endpoint")
+    doc["target"]["endpoints"] = [a.url, b.url]
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, out = cli("run", "-q", str(p))
+    assert code == 0, out
+    run = work / "out" / "replicas"
+    recs = list(read_records(run / "records.jsonl"))
+    assert len(recs) == MEASURED and all(r.endpoint == r.i % 2 for r in recs)
+    att = load_json(run / "attestation.json")
+    assert [x["url"] for x in att["replicas"]["endpoints"]] == [a.url, b.url] and att["replicas"]["checked_on"] == 0
+    assert {x["fingerprint_hash"] for x in att["replicas"]["endpoints"]} == {att["fingerprint_hash"]}
+    level = load_json(run / "summary.json")["levels"]["1"]
+    cc = level["contamination"]  # llama-server counts no requests: its generated tokens, summed over both
+    assert cc["clean"] and cc["server_generation_tokens"] == cc["client_generation_tokens"] == MEASURED * 32, cc
+    by = level["groups"]["endpoint"]["by"]
+    assert {k: v["requests"] for k, v in by.items()} == {"0": MEASURED // 2, "1": MEASURED // 2}
+    for s in (a, b):  # each server's own counter saw at least its half of the measured tokens
+        with urllib.request.urlopen(s.url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        made = {m.name: m.samples[0].value for m in text_string_to_metric_families(text)}
+        assert made["llamacpp:tokens_predicted"] >= MEASURED // 2 * 32, (s.url, made)
