@@ -48,8 +48,8 @@ class Exit(IntEnum):
     INCONCLUSIVE = 22, "inconclusive", "comparison inconclusive", "comparison inconclusive"
     INVALID = 30, "invalid", "measurement invalid", \
         ("measurement invalid: the client's stamps may be off by more than `health.stamp_error_p99_ms` (or an "
-         "open loop started late), token counts were off the plan, or other traffic reached the server during "
-         "the window")
+         "open loop started late), token counts were off the plan, other traffic reached the server during "
+         "the window, or no request of a level succeeded and no threshold judged it")
     SIGINT = 130, "interrupted", "interrupted (SIGINT)", \
         _INTERRUPTED
     SIGTERM = 143, "interrupted", "interrupted (SIGTERM)", \

@@ -12,7 +12,8 @@ that applies winning:
                     kept (records.jsonl, workers' part files, the exchange logs) are shown
   damaged      5    records.jsonl has lines that cannot be read (their numbers are named)
   invalid     30    the client was the bottleneck, token counts were off the plan, or other
-                    traffic reached the server (`summary.levels.*.invalid`)
+                    traffic reached the server (`summary.levels.*.invalid`), or no request of a
+                    level succeeded and no threshold judged it (not for a search's probes)
   unverified  11    measured with `--unverified`: no exactness check backs the figures
   thresholds  20    a threshold of the profile failed
   regressed   21    A/B: the candidate regressed against the baseline
@@ -211,6 +212,8 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
         caveats += [f"probe {lv} was INVALID (its level says why), but the answer's bracket does not rest on it"
                     for lv in summary.levels if lv not in invalid_levels and summary.levels[lv].invalid]
     invalid = [p for lv in invalid_levels for p in summary.levels[lv].invalid]
+    if not ((meta.get("profile") or {}).get("load") or {}).get("search"):
+        invalid += nothing_measured(summary, judged)
     code, outcome, message = _decide(invalid, summary.unverified, judged, None)
     if summary.damage:
         code, outcome, message = Exit.DAMAGED, Exit.DAMAGED.outcome, "run folder damaged: " + Damage(**summary.damage).words()
@@ -219,6 +222,20 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     v = Verdict(code, outcome, message, "run", "not run" if summary.unverified else _exactness_of(run_dir),
                 invalid, judged_json(judged), caveats=caveats)
     return Judgement(v, summary=summary, thresholds=judged)
+
+
+def nothing_measured(summary: Summary, judged: list[LevelJudgement]) -> list[str]:
+    """A level none of whose requests succeeded measured no speed: PASSED would flatter it where no
+    threshold judged it (a failed threshold says more, and stays the outcome). A search's probes
+    are judged by their thresholds instead, and an A/B by its comparison (nothing to decide on)."""
+    failed = {j.level for j in judged if any(not o.passed for o in j.outcomes)}
+    out = []
+    for lv, s in summary.levels.items():
+        if s.requests and not s.succeeded and lv not in failed:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.errors.items(), key=lambda kv: -kv[1]))
+            out.append(f"level {lv}: none of its {s.requests} requests succeeded ({kinds or 'no error recorded'}), "
+                       "so no speed was measured")
+    return out
 
 
 def _planned(meta: dict[str, Any]) -> int | None:

@@ -19,6 +19,7 @@ from loadgate.analysis.summary import build_summary
 from loadgate.cli import main
 from loadgate.config.profile import HealthBudgets
 from loadgate.config.simconfig import FaultConfig, SimConfig, SpeculativeConfig
+from loadgate.jsonutil import load_json
 from loadgate.records import read_records
 from loadgate.report.table import render_summary
 from loadgate.report.views import render_judgement
@@ -400,3 +401,30 @@ def test_each_load_worker_gets_a_core_of_its_own_when_there_are_enough():
     a, b = cores[:2]
     assert got[0] == (a, [a]) and got[1] == (b, [b])  # two workers, two cores: one each
     assert got[2] == (None, [a, b]) and got[3] == (None, [a, b])  # too few cores, or one worker: left alone
+
+
+@pytest.mark.parametrize("thresholds, code", [("", 30), ('thresholds: {errors: ["rate < 1%"]}', 20)])
+def test_a_level_none_of_whose_requests_succeeded_is_never_passed(tmp_path, capsys, thresholds, code):
+    """Every measured prompt is longer than the simulator's context (32,768; its check's are shorter):
+    each request is refused with 400. Without a threshold the run measured no speed, so it is
+    INVALID (30), not PASSED; a threshold that judged the level (its error rate) stays the outcome (20).
+    `report` judges the folder the same."""
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"""
+name: refused
+target: {{endpoint: embedded, sim: {{decode_step_us: 500}}}}
+workload: {{requests: 6, input_len: {{dist: fixed, value: 33000}}, output_len: {{dist: fixed, value: 8}}}}
+load: {{concurrency: 2}}
+exactness: {{baseline: sim-reference, scenarios: {{solo: true}}}}
+{thresholds}
+health: {LAX_HEALTH}
+output: {{dir: {tmp_path / 'out'}, run_id: r1}}
+""")
+    assert main(["run", "-q", str(prof)]) == code
+    out = capsys.readouterr()
+    assert "exactness check: PASSED" in out.out and "6 requests, 0 succeeded, 6 failed" in out.out
+    said = "level 2: none of its 6 requests succeeded (http_400 6), so no speed was measured"
+    assert (said in out.err) == (code == 30), out.err
+    verdict = load_json(tmp_path / "out" / "r1" / "verdict.json")
+    assert verdict["code"] == code and (said in verdict["invalid"]) == (code == 30)
+    assert main(["report", str(tmp_path / "out" / "r1")]) == code
