@@ -27,7 +27,7 @@ step=wheels; stamp "wheels"
 python3 -m pip install --quiet --no-index --no-deps --no-compile --target "$W/site" .gpu/wheels/*.whl
 export PYTHONPATH="$ROOT:$W/site${PYTHONPATH:+:$PYTHONPATH}"
 step=imports; stamp "loadgate's imports"
-python3 -c 'import loadgate.runs, loadgate.gate.protocol, loadgate.report.views, jsonschema, orjson, gguf'
+python3 -c 'import loadgate.runs, loadgate.gate.protocol, loadgate.report.views, jsonschema, orjson, gguf, prometheus_client, safetensors, pynvml'
 python3 -m loadgate --version
 
 step=source; stamp "source"
