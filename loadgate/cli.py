@@ -80,11 +80,16 @@ def schema() -> None:
               help="measure without an exactness check; figures are marked UNVERIFIED and the exit code is 11")
 @click.option("--html", "html", is_flag=True,
               help="also write report.html with plots before exiting (later: loadgate report --html RUN_DIR)")
-def run(profile: str, quiet: bool, unverified: bool, html: bool) -> None:
+@click.option("--ray", "ray_address", metavar="ADDRESS",
+              help="send from Ray actors on the cluster at ADDRESS (auto, host:port or ray://host:port): "
+                   "sets load.distributed (docs/distributed.md)")
+@click.option("--actors", type=click.IntRange(1, 1024), help="with --ray (or load.distributed): how many actors")
+def run(profile: str, quiet: bool, unverified: bool, html: bool, ray_address: str | None,
+        actors: int | None) -> None:
     """Run PROFILE: fingerprint the engine, check exactness against the baseline, and only if that
     passes, measure; write results/<run-id>/, print the report and tables, and exit with the
     verdict's code."""
-    commands.run(profile, quiet=quiet, unverified=unverified, html=html)
+    commands.run(profile, quiet=quiet, unverified=unverified, html=html, ray_address=ray_address, actors=actors)
 
 
 @cli.command()

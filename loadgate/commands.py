@@ -189,16 +189,18 @@ def _html_line(result: RunResult) -> str:
         return f"(no HTML report: {e.message})"
 
 
-def run(profile: str, *, quiet: bool, unverified: bool, html: bool = False) -> None:
+def run(profile: str, *, quiet: bool, unverified: bool, html: bool = False, ray_address: str | None = None,
+        actors: int | None = None) -> None:
     """`loadgate run`: the check's report as it runs, then the judged run, paths, and the verdict."""
     from loadgate.sim.process import prestart, stop_prestarted
 
     prestart(profile)  # the embedded engine starts while the client's stages import
     try:
         from loadgate import runs
-        from loadgate.config.profile import load_profile
+        from loadgate.config.profile import load_profile, with_distributed
 
-        result = runs.run(load_profile(profile), unverified=unverified, say=say, progress=progress_bar(not quiet))
+        loaded = with_distributed(load_profile(profile), ray_address, actors)
+        result = runs.run(loaded, unverified=unverified, say=say, progress=progress_bar(not quiet))
     finally:
         stop_prestarted()
     from loadgate.report.views import render_judgement

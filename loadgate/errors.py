@@ -49,7 +49,9 @@ class Exit(IntEnum):
     INVALID = 30, "invalid", "measurement invalid", \
         ("measurement invalid: the client's stamps may be off by more than `health.stamp_error_p99_ms` (or an "
          "open loop started late), token counts were off the plan, other traffic reached the server during "
-         "the window, or no request of a level succeeded and no threshold judged it")
+         "the window, no request of a level succeeded and no threshold judged it, or (`load.distributed`) part of "
+         "the plan was not sent (a Ray actor was lost: its node and actor are named) or a host's clock offset "
+         "was known worse than `health.clock_offset_ms`")
     SIGINT = 130, "interrupted", "interrupted (SIGINT)", \
         _INTERRUPTED
     SIGTERM = 143, "interrupted", "interrupted (SIGTERM)", \

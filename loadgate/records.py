@@ -6,8 +6,8 @@ run. All times are integer nanoseconds of `time.perf_counter_ns()` relative to t
 `t0_ns` (kept in `meta.json`). In memory a record is a `Record`; on disk it is that dataclass's
 fields as JSON, in order.
 
-Schema version 9 — fields of one record:
-  v                  schema version (9)
+Schema version 10 — fields of one record:
+  v                  schema version (10)
   i                  index in the request plan (warmup requests first)
   warmup             true for warmup requests (excluded from every figure)
   level              the load level this request belongs to: concurrency (closed loop) or rate
@@ -76,6 +76,12 @@ Schema version 9 — fields of one record:
   endpoint           the replica the request went to: its index in `target.endpoints` (routes
                      round_robin, sticky, least_in_flight), null for one endpoint or a router
                      (route via_router) (new in v9)
+  actor              the Ray actor that sent it (`load.distributed`: 0 to actors - 1), null when
+                     this host sent it (new in v10)
+  node               the Ray node that actor ran on (its node id), null when this host sent it
+                     (new in v10)
+
+Version 9 had the same fields less `actor` and `node` (read as null).
 
 Version 8 had the same fields less `ramp` (read as false) and `endpoint` (read as null).
 
@@ -88,7 +94,7 @@ Version 4 had the same fields less `counts_received` (read as null).
 Version 3 had the same fields less `chunk_busy` (read as null: the cause is unknown).
 Version 2 had the same fields as 3 less `chunk_early_ns` and the limit error kinds (read as no bound).
 Version 1 as version 2, except that `new_connection` was absent from files written before it was
-added (read as null). `read_records` reads all nine.
+added (read as null). `read_records` reads all ten.
 """
 
 from __future__ import annotations
@@ -105,8 +111,8 @@ import orjson
 from loadgate.errors import ResultsNotWritten, UsageError
 from loadgate.secrets import redact_bytes
 
-SCHEMA_VERSION = 9
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+SCHEMA_VERSION = 10
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 
 # The host took at most this share of the machine's CPU time during a phase (health.json's
@@ -169,6 +175,8 @@ class Record:
     cached_tokens: int | None = None  # prompt tokens the engine's prefix cache served, as it said (new in v8)
     ramp: bool = False  # a request of a level's ramp, outside every figure (new in v9)
     endpoint: int | None = None  # its replica: the index in target.endpoints, None for one endpoint (new in v9)
+    actor: int | None = None  # the Ray actor that sent it, None for this host (new in v10)
+    node: str | None = None  # that actor's Ray node id (new in v10)
 
     @property
     def succeeded(self) -> bool:
@@ -202,7 +210,7 @@ class Record:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Record:
-        """A record from its JSON object (schema v1 to v9); KeyError/TypeError on a wrong shape."""
+        """A record from its JSON object (schema v1 to v10); KeyError/TypeError on a wrong shape."""
         err, spec = d.get("error"), d.get("spec")
         fields = {k: d[k] for k in _FIELDS if k in d}
         fields["v"] = SCHEMA_VERSION
@@ -218,7 +226,8 @@ def _is_int(x: Any) -> bool:
 
 _INTS = ("i", "ready_ns", "start_ns", "end_ns", "output_tokens_planned")
 _OPTIONAL_INTS = ("intended_ns", "headers_ns", "status", "prompt_tokens_planned", "prompt_tokens", "completion_tokens",
-                  "reasoning_tokens", "answer_chunk", "conversation", "turn", "turns", "cached_tokens", "endpoint")
+                  "reasoning_tokens", "answer_chunk", "conversation", "turn", "turns", "cached_tokens", "endpoint",
+                  "actor")
 
 
 def _check_types(f: dict[str, Any]) -> None:
@@ -229,6 +238,8 @@ def _check_types(f: dict[str, Any]) -> None:
         bad.append("warmup")
     if not isinstance(f.get("ramp", False), bool):
         bad.append("ramp")
+    if f.get("node") is not None and not isinstance(f["node"], str):
+        bad.append("node")
     if not isinstance(f.get("level"), int | float) or isinstance(f.get("level"), bool):
         bad.append("level")
     for k in ("chunk_ns", "chunk_tokens", "chunk_early_ns", "chunk_busy"):

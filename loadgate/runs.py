@@ -393,6 +393,10 @@ def _preflight(profile: Profile, unverified: bool) -> None:
             "configuration; add one (README: exactness) or measure anyway with `loadgate run --unverified`")
     profile.check_files(("target", "workload") if unverified else ("target", "workload", "exactness"))
     check_source(profile)  # every line or row of a trace or dataset, before the exactness check
+    if profile.load.distributed is not None:  # the cluster reached and big enough, before anything starts
+        from loadgate.load.distributed import connect
+
+        connect(profile.load.distributed, profile.load.workers)
 
 
 def salted(profile: Profile) -> Profile:

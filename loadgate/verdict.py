@@ -214,6 +214,7 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     invalid = [p for lv in invalid_levels for p in summary.levels[lv].invalid]
     if not ((meta.get("profile") or {}).get("load") or {}).get("search"):
         invalid += nothing_measured(summary, judged)
+    invalid = distributed_invalid(run_dir, meta) + invalid  # (a lost actor first: the rest follows from it)
     code, outcome, message = _decide(invalid, summary.unverified, judged, None)
     if summary.damage:
         code, outcome, message = Exit.DAMAGED, Exit.DAMAGED.outcome, "run folder damaged: " + Damage(**summary.damage).words()
@@ -222,6 +223,21 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     v = Verdict(code, outcome, message, "run", "not run" if summary.unverified else _exactness_of(run_dir),
                 invalid, judged_json(judged), caveats=caveats)
     return Judgement(v, summary=summary, thresholds=judged)
+
+
+def distributed_invalid(run_dir: Path, meta: dict[str, Any]) -> list[str]:
+    """A distributed run's own reasons to be invalid (`loadgate.analysis.distributed`): a lost actor,
+    a clock offset known too loosely, one actor's stamps or schedule over budget."""
+    from loadgate.analysis.distributed import problems, read_distributed
+    from loadgate.config.profile import HealthBudgets
+    from loadgate.records import Damage, read_records
+
+    dist = read_distributed(run_dir)
+    if dist is None:
+        return []
+    budgets = HealthBudgets(**((meta.get("profile") or {}).get("health") or {}))
+    records = list(read_records(run_dir / "records.jsonl", damage=Damage())) if (run_dir / "records.jsonl").exists() else []
+    return problems(dist, records, budgets)
 
 
 def nothing_measured(summary: Summary, judged: list[LevelJudgement]) -> list[str]:

@@ -48,6 +48,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if not expr:
         return 0
     compiled = Expression.compile(expr)
-    if any(compiled.evaluate(lambda name, _m=m, **kw: name == _m) for m in ("timing", "engine")):
+    if any(compiled.evaluate(lambda name, _m=m, **kw: name == _m) for m in ("timing", "engine", "ray")):
         return 0
     return None

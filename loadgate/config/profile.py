@@ -26,7 +26,7 @@ from loadgate.core import aborting, probes, ramps
 from loadgate.core.figures import ab_figures
 from loadgate.core.thresholds import Threshold, ThresholdError, parse
 from loadgate.engine.adapters import apis
-from loadgate.errors import ProfileError
+from loadgate.errors import ProfileError, UsageError
 from loadgate.secrets import redact_headers
 
 
@@ -566,6 +566,38 @@ class Ramp:
 
 
 @dataclass(frozen=True)
+class PerActor:
+    """What each Ray actor reserves on its node."""
+
+    cpus: float = knob(1.0, "CPUs each actor reserves (Ray's num_cpus; give it one per load.workers process)",
+                       exclusive_min=0.0)
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """The load sent from several client hosts through Ray (docs/distributed.md): the plan split across
+    `actors` Ray actors, each running `load.workers` local client processes; one run folder."""
+
+    backend: Literal["ray"] = knob("ray", "the engine that places the client processes: ray (pip install "
+                                   "'loadgate[ray]')")
+    address: str = knob("auto", "the Ray cluster: auto (the one `ray start` left on this host), host:port of "
+                        "its head, or ray://host:port (Ray Client)")
+    actors: int = knob(2, "Ray actors, spread over the cluster's nodes", min=1, max=1024)
+    per_actor: PerActor = field(default_factory=PerActor, metadata={"help": "what each actor reserves: cpus"})
+
+    def check(self) -> list[tuple[str, str]]:
+        """The address is `auto`, host:port or ray://host:port."""
+        a = self.address
+        if a == "auto":
+            return []
+        rest = a.removeprefix("ray://")
+        host, _, port = rest.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in rest:
+            return [("address", f"give auto, host:port or ray://host:port, got {a!r}")]
+        return []
+
+
+@dataclass(frozen=True)
 class Load:
     """How to send it: closed loop (`concurrency`), open loop (`rate`), or a timed trace's own times
     (`schedule: trace`)."""
@@ -612,6 +644,8 @@ class Load:
                                "rate over a sliding window (exit 20, ABORTED)")
     ramp: Ramp | None = knob(None, "before each measured level, the load rises to the level's over "
                              "ramp.duration_s (its requests outside every figure; docs/workloads.md#ramps)")
+    distributed: Distributed | None = knob(None, "send from several client hosts through Ray actors "
+                                           "(docs/distributed.md); default: this host only")
 
     def _check_ramp(self) -> list[tuple[str, str]]:
         """A ramp shorter than the measured phase's `duration_s`, starting at a whole number of requests in
@@ -813,6 +847,9 @@ class HealthBudgets:
                           exclusive_min=0.0)
     schedule_lag_p99_ms: float = knob(10.0, "open loop: p99 of how late requests were noticed as due: over it "
                                       "the run is invalid", exclusive_min=0.0)
+    clock_offset_ms: float = knob(5.0, "load.distributed: how well each client host's clock offset to the driver's "
+                                  "must be known (half the best round trip, plus its change from the level's start "
+                                  "to its end): over it the run is invalid", exclusive_min=0.0)
 
 
 MAX_SLICES = 10_000
@@ -1095,3 +1132,19 @@ def load_profile(path: str | Path) -> Profile:
 
 def profile_json_schema() -> dict[str, Any]:
     return json_schema(Profile, title="loadgate profile")
+
+
+def with_distributed(profile: Profile, address: str | None, actors: int | None) -> Profile:
+    """`loadgate run --ray ADDRESS --actors N`: the profile's `load.distributed` with those set (a
+    `--actors` alone needs the profile's own `load.distributed`)."""
+    if address is None and actors is None:
+        return profile
+    d = profile.load.distributed
+    if d is None:
+        if address is None:
+            raise UsageError("--actors: the profile has no load.distributed; give --ray ADDRESS too")
+        d = Distributed()
+    d = dataclasses.replace(d, address=d.address if address is None else address, actors=actors or d.actors)
+    for key, why in d.check():
+        raise UsageError(f"--ray: {why}" if key == "address" else f"load.distributed.{key}: {why}")
+    return dataclasses.replace(profile, load=dataclasses.replace(profile.load, distributed=d))

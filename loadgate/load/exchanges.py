@@ -11,7 +11,8 @@ cut back to its last whole frame; `ResultsNotWritten`, exit 4).
 The format is loadgate's own, written by hand because it sits on the receive loop's path (one
 `orjson` header and a join per exchange, ~5 µs) and must survive being cut anywhere; it is not
 pickle, so a folder is read safely on another machine. Any later collection of exchanges from
-several processes or hosts reuses it. A file is a sequence of frames:
+several processes or hosts reuses it: a Ray actor relays its workers' logs to the run folder as
+they grow (`ByteTail`), whole frames only. A file is a sequence of frames:
 
     magic  b"LGX1"
     u32    header length (little-endian)
@@ -277,6 +278,45 @@ class Tail:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+def whole_frames(data: bytes) -> int:
+    """How many leading bytes of `data` are whole frames (a batch being written ends it, or damage)."""
+    k = 0
+    while k + HEAD.size <= len(data):
+        magic, hl, pl = HEAD.unpack_from(data, k)
+        if magic != MAGIC or hl > MAX_HEADER:
+            break
+        end = k + HEAD.size + hl + pl
+        if end > len(data):
+            break
+        k = end
+    return k
+
+
+class ByteTail:
+    """A log another process is writing, relayed as it grows (`loadgate.load.ray_actor`): `new` gives
+    the bytes of the whole frames appended since its last call, as they are on disk (they are
+    appended to a copy elsewhere, which is then a log of the same format)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, 0
+
+    def new(self, limit: int = 64 * 2**20) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(limit)
+        except OSError:
+            return b""
+        n = whole_frames(data)
+        if n == 0 and len(data) == limit:  # one frame larger than the limit: take it whole
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+            n = whole_frames(data)
+        self.offset += n
+        return data[:n]
 
 
 def log_path(run_dir: Path, run_tag: str, part: str) -> Path:

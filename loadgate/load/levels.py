@@ -24,6 +24,7 @@ from loadgate.config.profile import Profile
 from loadgate.documents import GaugeStats, HealthPhase, ServerLevel
 from loadgate.engine.adapters import metric_prefixes
 from loadgate.engine.adapters.base import GAUGE_KEYS
+from loadgate.load.distributed import RayGroup
 from loadgate.load.executors import Concurrency, LoadLevel, Rate, StopFlag
 from loadgate.load.plan import Plan, build_plan
 from loadgate.load.recorder import read_abort
@@ -75,9 +76,23 @@ def at_level(profile: Profile, loop: LoadLevel) -> Profile:
     return profile
 
 
+Runner = LiveTarget | WorkerGroup | RayGroup
+
+
+def _runner(e: Engine, spec: TargetSpec, at: Profile, pool: list[int], plan: Plan, workers_dir: Path,
+            stop: StopFlag, round_: int, level: str) -> Runner:
+    """Where a level's phases run: this process, its worker processes, or Ray actors on other hosts."""
+    load = at.load
+    if load.distributed is not None:
+        return RayGroup(spec, at, pool, workers_dir, stop, round_, plan.dataset, plan, level)
+    if load.workers == 1:
+        return LiveTarget(spec, e.session)
+    return WorkerGroup(spec, at, pool, load.workers, workers_dir, stop, round_=round_, dataset=plan.dataset)
+
+
 async def _phase(plan: Plan, phase: Phase, writer: RecordWriter, tick: Tick,
-                 runner: LiveTarget | WorkerGroup, stop: StopFlag) -> list[dict[str, Any]]:
-    if isinstance(runner, WorkerGroup):
+                 runner: Runner, stop: StopFlag) -> list[dict[str, Any]]:
+    if isinstance(runner, WorkerGroup | RayGroup):
         return await runner.run(phase, writer, on_progress=tick)
     return await run_phase_here(runner, plan, phase, writer, on_done=lambda: tick(1), stop_flag=stop)
 
@@ -116,8 +131,7 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
         tag = f"{run_tag}-L{level}"
         # warmup and measurement share the connections (the warmup opens them), in this process
         # or in worker processes kept for the level
-        runner = LiveTarget(spec, e.session) if load.workers == 1 else \
-            WorkerGroup(spec, at, pool, load.workers, workers_dir, stop, round_=round_, dataset=plan.dataset)
+        runner = _runner(e, spec, at, pool, plan, workers_dir, stop, round_, str(level))
         try:
             if plan.n_warmup:
                 await _phase(plan, Phase(plan.warmup_requests(), loop, tag + "w", t0_ns, warmup=True),
@@ -132,7 +146,7 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
             poll = None
             if watch is not None:  # the thresholds with abort_on_fail, judged as the phase's requests finish
                 watch.level(tag, perf_counter_ns())
-                poll = asyncio.create_task(watch.poll(stop, now=load.workers == 1))
+                poll = asyncio.create_task(watch.poll(stop, now=load.workers == 1 and load.distributed is None))
             try:
                 health[str(level)] = [HealthPhase(**h) for h in await _phase(
                     plan, Phase(plan.measured_requests(), loop, tag, t0_ns, load.duration_s), writer, tick,
@@ -150,7 +164,9 @@ async def run_levels(e: Engine, plan: Plan, pool: list[int], spec: TargetSpec, l
                 before=_snapshot(before), after=_snapshot(after), prefix_cache_reset=reset,
                 gauges={k: None if v is None else GaugeStats(**v) for k, v in gauges.items()}, scrape=scraped)
         finally:
-            runner.close()  # (worker processes, or this process's pools)
+            runner.close()  # (worker processes, Ray actors, or this process's pools)
+        if isinstance(runner, RayGroup) and runner.lost:  # part of the level was not sent: no more levels
+            break
         index += 1
         if next_level is not None and not stop.is_set():
             following = next_level(loop, server[str(level)], health[str(level)])

@@ -57,7 +57,9 @@ def to_record(req: Planned, raw: Raw, d: Decoded, *, t0_ns: int, level: float | 
         counts_received=d.counts_received or None, category=req.category, ramp=req.ramp,
         reasoning_tokens=reasoning_tokens(d.chunks) or None,
         answer_chunk=answer_chunk(d.chunks), cached_tokens=d.cached_tokens,
-        **({} if req.session is None else dict(zip(("conversation", "turn", "turns"), req.session, strict=True))))
+        conversation=None if req.session is None else req.session[0],
+        turn=None if req.session is None else req.session[1],
+        turns=None if req.session is None else req.session[2])
 
 
 def reasoning_tokens(chunks: list[Chunk]) -> int:
@@ -110,8 +112,9 @@ class Recorder:
     removes it. `log`: where the log goes (in the run folder)."""
 
     def __init__(self, t: LiveTarget, writer: RecordWriter, on_done: Callable[[], None] | None, *, log: Path,
-                 stop: StopFlag | None = None) -> None:
+                 stop: StopFlag | None = None, keep_log: bool = False) -> None:
         self.t, self.writer, self.on_done = t, writer, on_done
+        self.keep_log = keep_log  # `flush` only closes the log: a Ray actor relays it, the driver decodes it
         self.stop = stop if stop is not None else StopFlag()
         self.breaker = Breaker(t.spec.abort, writer.path.parent) if t.spec.abort is not None else None
         self.overhead = t.spec.prompt_overhead
@@ -134,6 +137,8 @@ class Recorder:
         short), then remove the log. `trust_wakes`: the host held the machine little enough that
         quiet turns' wakes are timed (`loadgate.load.target.finish_socket`)."""
         self.log.close()
+        if self.keep_log:
+            return
         try:
             contents = read_log(self.log.path)
         except OSError as e:

@@ -22,6 +22,7 @@ boundaries.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import multiprocessing as mp
@@ -193,7 +194,13 @@ class WorkerGroup:
     ("error", j, kind, message). None in an inbox ends that worker."""
 
     def __init__(self, spec: TargetSpec, profile: Profile, pool: list[int], n: int, run_dir: Path,
-                 stop_flag: StopFlag = NEVER, round_: int = 0, dataset: Prepared | None = None) -> None:
+                 stop_flag: StopFlag = NEVER, round_: int = 0, dataset: Prepared | None = None, *,
+                 place: tuple[int, int] | None = None, fed: bool = False) -> None:
+        """`place`: (the first worker's index, all workers) among the workers of every host, when this
+        group is one Ray actor's share (`loadgate.load.ray_actor`); `fed`: its closed loop draws plan
+        indices from `feed` (filled by the actor from the run's shared counter), not from `counter`;
+        then the workers keep their exchange logs for the actor to relay (nothing decoded here) and
+        die with the actor."""
         self.n, self.run_dir = n, run_dir
         self.stop_flag = stop_flag
         self.failed = False
@@ -202,8 +209,12 @@ class WorkerGroup:
         self.stopping = ctx.Value("b", 0)  # set by `stop()`: the workers start no new request
         self.inboxes = [ctx.Queue() for _ in range(n)]
         self.outbox = ctx.Queue()
+        self.feed: Any = ctx.Queue() if fed else None
+        self.taken: Any = ctx.Semaphore(0) if fed else None  # released once per index a worker takes from `feed`
+        first, total = place or (0, n)
         self.procs = [ctx.Process(target=_worker, args=(j, n, spec, profile, pool, self.inboxes[j], self.outbox,
-                                                        self.counter, self.done, self.stopping, round_, dataset),
+                                                        self.counter, self.done, self.stopping, round_, dataset,
+                                                        (first + j, total), self.feed, self.taken),
                                 daemon=True)
                       for j in range(n)]
         for p in self.procs:
@@ -247,25 +258,34 @@ class WorkerGroup:
             on_progress(self.done.value - seen)
         return got
 
+    def parts(self, phase: Phase) -> list[Path]:
+        return [self.run_dir / f".part-{phase.run_tag}-{j}.jsonl" for j in range(self.n)]
+
+    async def offer(self, phase: Phase) -> None:
+        """Hand the phase to the workers and wait until each has built its bodies (`ready`)."""
+        self.counter.value, self.done.value = phase.indices.start, 0
+        for j, box in enumerate(self.inboxes):
+            box.put((phase, str(self.parts(phase)[j])))
+        await self._collect("ready", 120.0)
+
+    def begin(self, start_ns: int) -> None:
+        """Every worker is ready: each starts its share at `start_ns` (`perf_counter_ns`)."""
+        for box in self.inboxes:
+            box.put(start_ns)
+
     async def run(self, phase: Phase, writer: RecordWriter,
                   on_progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
         """Run one phase across the workers; append their records to `writer`'s file."""
-        self.counter.value, self.done.value = phase.indices.start, 0
-        parts = [self.run_dir / f".part-{phase.run_tag}-{j}.jsonl" for j in range(self.n)]
         try:
-            for j, box in enumerate(self.inboxes):
-                box.put((phase, str(parts[j])))
-            await self._collect("ready", 120.0)
-            start = perf_counter_ns() + 20_000_000  # every worker is ready: start 20 ms from now
-            for box in self.inboxes:
-                box.put(start)
+            await self.offer(phase)
+            self.begin(perf_counter_ns() + 20_000_000)  # every worker is ready: start 20 ms from now
             health = await self._collect("done", None, on_progress)
         except BaseException:
             self.failed = True  # no load after an error: the others stop at once
             self._halt()
             raise
         finally:
-            for part in parts:  # what was recorded is kept, even when a worker failed
+            for part in self.parts(phase):  # what was recorded is kept, even when a worker failed
                 if part.exists():
                     writer.append_file(part)
                     part.unlink()
@@ -329,22 +349,41 @@ def pin(j: int, n: int) -> int | None:
     return core
 
 
+def die_with_parent() -> None:
+    """Linux: this process is killed when the one that started it dies (a Ray actor killed with its
+    node must take its client processes along, or they would go on sending)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before the call
+            os._exit(1)
+
+
 def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any, outbox: Any,
-            counter: Any, done: Any, stopping: Any, round_: int = 0, dataset: Prepared | None = None) -> None:
+            counter: Any, done: Any, stopping: Any, round_: int = 0, dataset: Prepared | None = None,
+            place: tuple[int, int] | None = None, feed: Any = None, taken: Any = None) -> None:
     # The parent handles signals and tells the workers to stop (or kills them); a Ctrl-C reaching
     # the whole process group must not cut their requests short before that.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if feed is not None:
+        die_with_parent()
     pin(j, n)
     try:
-        run_async(_worker_main(j, n, spec, profile, pool, inbox, outbox, counter, done, stopping, round_, dataset))
+        run_async(_worker_main(*(place or (j, n)), spec, profile, pool, inbox, outbox, counter, done, stopping,
+                               round_, dataset, feed, taken, j))
     except BaseException as e:  # reported to the parent, which prints one line; no traceback here
         msg = e.message if isinstance(e, errors.LoadgateError) else str(e)
-        outbox.put(("error", j, type(e).__name__, msg))
+        outbox.put(("error", j, type(e).__name__, msg))  # (j: this host's index)
 
 
 async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int], inbox: Any,
                        outbox: Any, counter: Any, done: Any, stopping: Any, round_: int = 0,
-                       dataset: Prepared | None = None) -> None:
+                       dataset: Prepared | None = None, feed: Any = None, taken: Any = None,
+                       local: int | None = None) -> None:
+    """Worker `j` of `n` (of every host's, under Ray; `local`: its index in this host's group, which
+    names it in the outbox)."""
+    me = j if local is None else local
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     if main is not None:  # SIGTERM from the parent: cancel, so the phase writes what finished
@@ -367,6 +406,12 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                     end = phase.indices.start + len(plan.conversations)
 
                 def next_index(end: int = end) -> int | None:
+                    if feed is not None:  # the run's shared counter, drawn ahead by the actor
+                        got = feed.get()
+                        if got is not None:
+                            taken.release()
+                        LOOP_TURNS.after_blocking()
+                        return None if got is None else int(got)
                     with counter.get_lock():
                         k = counter.value
                         if k < end:
@@ -377,7 +422,7 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                 closed = isinstance(phase.loop, Concurrency)
                 shared = closed and not phase.warmup  # drawn from the shared counter: any k
                 prepare(target, plan, (k for k in phase.indices if shared or k % n == j))
-                outbox.put(("ready", j))
+                outbox.put(("ready", me))
                 start_ns = await loop.run_in_executor(None, inbox.get)
                 if start_ns is None:  # the parent gave up before the start: send nothing
                     gc.unfreeze()
@@ -392,7 +437,8 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                     if conc != 0:
                         flag = StopFlag(stopping)  # the workers' shared one: a breaker that trips stops them all
                         rec = Recorder(target, writer, on_done,
-                                       log=log_path(writer.path.parent, phase.run_tag, writer.path.stem), stop=flag)
+                                       log=log_path(writer.path.parent, phase.run_tag, writer.path.stem), stop=flag,
+                                       keep_log=feed is not None)
                         health = await _drive(target, plan, p, rec,
                                               concurrency=conc,
                                               next_index=next_index if shared else None,
@@ -401,6 +447,6 @@ async def _worker_main(j: int, n: int, spec: TargetSpec, profile: Profile, pool:
                     else:  # no share of this phase: undo `prepare`
                         target.bodies = {}
                         gc.unfreeze()
-                outbox.put(("done", j, health))
+                outbox.put(("done", me, health))
         finally:
             target.close()

@@ -145,6 +145,18 @@ def outcome_line(j: Judgement, fmt: str) -> str:
     return f"outcome: {j.verdict.words}" if fmt == "table" else f"**outcome**: {j.verdict.words}"
 
 
+def _actors_text(run_dir: Path) -> str:
+    """A distributed run's actors, one line each (node, records, stamps, schedule lag, clock)."""
+    from loadgate.analysis.distributed import actor_lines, read_distributed
+    from loadgate.records import Damage, read_records
+
+    dist = read_distributed(run_dir)
+    if dist is None or not (run_dir / "records.jsonl").exists():
+        return ""
+    lines = actor_lines(dist, list(read_records(run_dir / "records.jsonl", damage=Damage())))
+    return "\n\nRay actors (load.distributed, " + str(dist.get("address")) + "):\n" + "\n".join(lines) if lines else ""
+
+
 def render_judgement(run_dir: Path, j: Judgement, fmt: str, *, exactness: bool = True) -> str:
     """A judged run folder in one format: (the exactness block,) the figures, capacity, thresholds
     and the verdict. `loadgate run` prints it without the exactness block (it printed the check as
@@ -184,6 +196,7 @@ def render_judgement(run_dir: Path, j: Judgement, fmt: str, *, exactness: bool =
         capacity_table(summary, (load_json(run_dir / "meta.json").get("profile") or {}).get("slo") or {})
     if cap:
         text += "\n\n" + cap
+    text += _actors_text(run_dir)
     parts.append(text + _threshold_text(j, fmt) + "\n\n" + outcome_line(j, fmt))
     return "\n\n".join(p for p in parts if p)
 

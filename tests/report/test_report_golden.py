@@ -345,3 +345,19 @@ def test_the_version_8_records_read_with_the_ramp_flag_off_and_all_in_the_figure
     assert len(list(read_records(run / "records.jsonl"))) == 48
     level = build_summary(run).levels["16"]
     assert level.requests == 48 and level.ramp_requests is None
+
+
+def test_the_version_9_records_read_with_no_actor_or_node_and_report_gives_the_saved_verdict(capsys):
+    """Records v9 (written before `load.distributed`) have no `actor` or `node`: read as null (this
+    host sent them), every one readable, and `report` gives the verdict the run saved (this one was
+    INVALID: it was written on a busy 2-core machine)."""
+    from loadgate.jsonutil import load_json
+
+    run = RUNS.parent / "runs-v9" / "single"
+    raw = (run / "records.jsonl").read_bytes()
+    assert raw.startswith(b'{"v":9,') and b'"actor"' not in raw and b'"node"' not in raw
+    recs = list(read_records(run / "records.jsonl", include_warmup=True))
+    assert len(recs) == 52 and all(r.v == SCHEMA_VERSION and r.actor is None and r.node is None for r in recs)
+    code = load_json(run / "verdict.json")["code"]
+    assert code == 30 and main(["report", str(run)]) == code
+    assert "outcome: INVALID (exit 30" in capsys.readouterr().out
