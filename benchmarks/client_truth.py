@@ -116,12 +116,16 @@ def truth(log_dir: Path) -> tuple[dict[str, list[int]], dict[str, list[int | Non
     return out, done
 
 
-def profile_doc(url: str, streams: int, per_stream: int, workers: int, out: Path) -> dict[str, Any]:
+def profile_doc(url: str, streams: int, per_stream: int, workers: int, out: Path,
+                ray: str | None = None) -> dict[str, Any]:
+    """`ray`: a Ray address: `workers` Ray actors of one local worker each (load.distributed) instead."""
+    load: dict[str, Any] = {"concurrency": streams, "warmup_requests": streams, "workers": 1 if ray else workers}
+    if ray:
+        load["distributed"] = {"address": ray, "actors": workers}
     return {"name": "truth", "target": {"endpoint": url, "model": "m", "metrics_url": "http://127.0.0.1:9/metrics"},
             "workload": {"requests": streams * per_stream, "tokenizer": "none",
                          "input_len": {"dist": "fixed", "value": 8}, "output_len": {"dist": "fixed", "value": 60}},
-            "load": {"concurrency": streams, "warmup_requests": streams, "workers": workers},
-            "output": {"dir": str(out), "run_id": "r"}}
+            "load": load, "output": {"dir": str(out), "run_id": "r"}}
 
 
 class TreeCpu:
@@ -158,13 +162,13 @@ class TreeCpu:
 
 
 def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: list[int], client_cpus: list[int],
-        prof: bool = False, shape: tuple[str, ...] = ()) -> dict[str, Any]:
+        prof: bool = False, shape: tuple[str, ...] = (), ray: str | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_p = Path(tmp)
         (tmp_p / "truth").mkdir()
         with event_sources(sources, server_cpus, tmp_p / "truth", shape) as url:
             p = tmp_p / "p.yaml"
-            p.write_text(yaml.safe_dump(profile_doc(url, streams, per_stream, workers, tmp_p / "out")))
+            p.write_text(yaml.safe_dump(profile_doc(url, streams, per_stream, workers, tmp_p / "out", ray)))
             cmd = [sys.executable, "-m", "loadgate", "run", "-q", "--unverified", str(p)]
             if prof:
                 cmd = [sys.executable, "-c", PROFILED, str(tmp_p / "prof.out"), "run", "-q", "--unverified", str(p)]
@@ -182,6 +186,11 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
         verdict = load_json(d / "verdict.json")
         health = load_json(d / "health.json")
         t0_ns = meta["t0_ns"]
+        # Ray actors put their records on the driver's time line by each node's measured offset; on
+        # one host the clocks are one, so adding the actor's offset back gives its own stamps exactly
+        dist = load_json(d / "distributed.json") if (d / "distributed.json").exists() else None
+        offset_ns = {a["actor"]: int(a["offset_start_ms"] * 1e6)
+                     for a in (dist or {"levels": {}})["levels"].get(str(streams), {}).get("actors", [])}
         delays, bounds = [], []
         violations = unknown = 0
         examples: list[str] = []
@@ -191,7 +200,7 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
             s = sent.get(f"r-L{streams}-{r.i}")
             if s is None or r.error is not None:
                 continue
-            start = t0_ns + r.start_ns
+            start = t0_ns + r.start_ns + (offset_ns.get(r.actor, 0) if r.actor is not None else 0)
             first = start if first is None else min(first, start)
             last = max(last, t0_ns + r.end_ns)
             delays += [(start + got - t) / 1e6 for got, t in zip(r.chunk_ns, s, strict=False)]
@@ -219,7 +228,9 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
         span = (max(measured_sends) - min(measured_sends)) / 1e9 if measured_sends else 0.0
         x = np.asarray(delays)
         ev = max(1, x.size)
-        out = {"streams": streams, "workers": workers, "events": int(x.size), "rate": len(measured_sends) / span
+        if ray:  # the actors are the raylet's children, not loadgate's: their CPU is not in this tree
+            window_cpu = decode_cpu = float("nan")
+        out = {"streams": streams, "workers": workers, "events": int(x.size), "ray": bool(ray), "rate": len(measured_sends) / span
                if span else 0.0, "p50": float(np.percentile(x, 50)), "p99": float(np.percentile(x, 99)),
                "max": float(x.max()), "bound_p99": float(np.percentile(bounds, 99)) if bounds else None,
                "cpu_per_1k": 1000 * (window_cpu + decode_cpu) / ev, "window_cpu_per_1k": 1000 * window_cpu / ev,
@@ -281,6 +292,47 @@ def show(r: dict[str, Any]) -> None:
               + ", ".join(f"{k} {n} ({'n/a' if g is None else f'{g:.3f}'})" for k, (n, g) in r["bounded"].items()))
 
 
+def capacity(a: argparse.Namespace, sc: list[int], cc: list[int], shape: tuple[str, ...]) -> None:
+    """The highest events/s each worker count (and each count of Ray actors, with --ray) holds with the
+    client-added delay p99 <= 1 ms and a valid verdict, stepping the streams by x1.25; interleaved by
+    count (workers, then actors); one run a probe."""
+    modes = [None] + ([a.ray] if a.ray else [])
+    found: dict[str, dict[int, dict[str, Any] | None]] = {"workers": {}, "ray": {}}
+    probes: list[dict[str, Any]] = []
+
+    def save() -> None:
+        if a.json:
+            a.json.write_text(json.dumps({"probes": probes, "found": found}, indent=1, default=str))
+
+    for w in a.workers:
+        for ray in modes:
+            kind = "ray" if ray else "workers"
+            n, best = a.start_streams * w, None
+            while n <= a.max_streams:
+                r = one(n, w, a.per_stream, a.sources, sc, cc, shape=shape, ray=ray)
+                r["reps"] = 1
+                show(r)
+                probes.append({k: r[k] for k in ("streams", "workers", "ray", "rate", "p50", "p99", "max", "code",
+                                                 "outcome", "stated_bound", "invalid", "wall")})
+                ok = r["p99"] <= 1.0 and r["code"] in (0, 11)
+                if not ok:
+                    break
+                best = r
+                n = int(n * 1.25 + 0.5)
+            found[kind][w] = None if best is None else {"streams": best["streams"], "rate": best["rate"],
+                                                         "p99": best["p99"]}
+            save()
+    print("\ncapacity (events/s at the most streams, x1.25 steps, with delay p99 <= 1 ms and a valid verdict):")
+    for kind in ("workers", "ray"):
+        base = (found[kind].get(1) or {}).get("rate")
+        for w, f in found[kind].items():
+            lin = f" = {f['rate'] / base / w:.2f} x {w} x one" if f and base else ""
+            what = "load.workers" if kind == "workers" else "Ray actors"
+            print(f"  {what} {w}: " + (f"{f['rate']:,.0f} ev/s ({f['streams']} streams, p99 {f['p99']:.3f} ms){lin}"
+                                        if f else "none held"))
+    save()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--streams", type=int, nargs="+", default=[64, 256, 512])
@@ -295,6 +347,13 @@ def main() -> None:
     ap.add_argument("--scale", action="store_true",
                     help="per worker count, double the streams until delay p99 > 1 ms; report the last rate, "
                          "and the last one loadgate judged valid")
+    ap.add_argument("--ray", metavar="ADDRESS", help="--capacity: also with --workers as Ray actors (one local worker "
+                    "each) of the cluster at ADDRESS, started beforehand on --client-cpus")
+    ap.add_argument("--capacity", action="store_true",
+                    help="per worker count: streams from --start-streams per worker, x1.25 each step, until the "
+                         "client-added delay p99 passes 1 ms or the verdict is not valid; the last that held both")
+    ap.add_argument("--start-streams", type=int, default=64, help="--capacity: streams per worker to start from")
+    ap.add_argument("--json", type=Path, help="--capacity: write every probe and the answers here as they come")
     ap.add_argument("--burst", action="store_true",
                     help="llama-server's shape: 4 one-token events per write every 8 ms")
     ap.add_argument("--events-per-write", type=int, help="events per write (default 1; --burst: 4)")
@@ -315,6 +374,9 @@ def main() -> None:
             r = one(n, a.workers[0], a.per_stream, a.sources, sc, cc, prof=True, shape=shape)
             show({**r, "reps": 1})
             print(r["profile"])
+        return
+    if a.capacity:
+        capacity(a, sc, cc, shape)
         return
     if a.scale:
         figures = []

@@ -4,7 +4,7 @@ cluster's nodes send the plan, one run folder here receives it.
 Ray places the client processes (`ray` on PyPI, the `[ray]` extra; KubeRay runs it on Kubernetes);
 loadgate does not coordinate hosts itself. For each load level `RayGroup` starts `actors` actors
 (`loadgate.load.ray_actor.LoadActor`, spread over the nodes, each with `load.workers` local worker
-processes) and a `Counter` actor for a closed loop's shared draws, and reads each node's clock offset
+processes) and an `IndexCounter` actor for a closed loop's shared draws, and reads each node's clock offset
 (`loadgate.core.clocks`). Each phase: every actor gets it and builds its bodies; all start at one
 moment of the driver's wall clock; every quarter second the driver polls each actor for the whole
 exchange frames its workers logged, appends them to `exchanges/` in the run folder (durable there as
@@ -32,7 +32,6 @@ from typing import Any
 
 import orjson
 
-from loadgate.analysis.distributed import DISTRIBUTED_FILE
 from loadgate.config.profile import Distributed, Profile
 from loadgate.core.clocks import Offset, read_offset, uncertainty_ns, wall_ns
 from loadgate.errors import EngineError, UsageError
@@ -46,6 +45,7 @@ from loadgate.load.workers import Phase
 from loadgate.load.workload.dataset import Prepared
 from loadgate.records import STEAL_TRUSTED, RecordWriter
 
+DISTRIBUTED_FILE = "distributed.json"  # (loadgate.analysis.distributed reads it; not imported here: numpy)
 POLL_S = 0.25
 START_AFTER_NS = 300_000_000  # every actor is ready: the phase starts this long after, on the driver's clock
 
@@ -105,7 +105,7 @@ class RayGroup:
 
     def __init__(self, spec: TargetSpec, profile: Profile, pool: list[int], run_dir: Path, stop_flag: StopFlag,
                  round_: int, dataset: Prepared | None, plan: Plan, level: str) -> None:
-        from loadgate.load.ray_actor import Counter, LoadActor
+        from loadgate.load.ray_actor import IndexCounter, LoadActor
 
         ray = _ray()
         cfg = profile.load.distributed
@@ -115,7 +115,7 @@ class RayGroup:
         self.lost: list[dict[str, Any]] = []
         # the driver's secrets stay here: each node reads its own (`ray_actor.node_env_spec`)
         bare = dataclasses.replace(spec, headers={}, extra_body={}, secrets=())
-        self.counter = ray.remote(Counter).options(num_cpus=0).remote()
+        self.counter = ray.remote(IndexCounter).options(num_cpus=0).remote()
         remote = ray.remote(LoadActor).options(num_cpus=cfg.per_actor.cpus, max_restarts=0,
                                                 scheduling_strategy="SPREAD")
         self.actors = [remote.remote(a, cfg.actors, self.workers, bare, profile, pool, round_, dataset, self.counter)

@@ -10,7 +10,7 @@ of exchanges with it. The driver appends them to the run folder and decodes them
 Its place among every host's workers is (actor × workers + j, actors × workers): an open loop sends
 request k from worker k mod that total, all at the same intended times on the driver's time line
 (each node's wall-clock offset to the driver is measured and folded into its start and origin);
-a closed loop draws the next plan index from the run's one counter (a `Counter` actor), fetched ahead
+a closed loop draws the next plan index from the run's one counter (an `IndexCounter` actor), fetched ahead
 by a thread here (one index a free slot, so the number in flight stays the level's).
 
 Secrets never travel: the driver sends the profile as written (`${NAME}` references, the name of
@@ -44,7 +44,7 @@ from loadgate.net.http import session_settings
 from loadgate.secrets import registered
 
 
-class Counter:
+class IndexCounter:
     """The run's shared counter of a closed loop's plan indices (a Ray actor): `take(m)` hands out the
     next `m` (fewer at the end of the phase's range)."""
 

@@ -368,7 +368,10 @@ def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int],
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if feed is not None:
         die_with_parent()
-    pin(j, n)
+    # under Ray, a core by the worker's place among every host's where this host has that many (the
+    # actors of one host then take a core each), else by its place in this host's group
+    if place is None or pin(*place) is None:
+        pin(j, n)
     try:
         run_async(_worker_main(*(place or (j, n)), spec, profile, pool, inbox, outbox, counter, done, stopping,
                                round_, dataset, feed, taken, j))

@@ -1,0 +1,169 @@
+"""The parts of `load.distributed` that need no cluster: clock offsets from round trips, the relay of
+whole exchange frames, the verdict's reading of distributed.json, records v10, the command line's
+flags, and the bad inputs that stop a run before anything starts (no Ray: exit 2; nothing at the
+address: exit 3, at once)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from loadgate.cli import main
+from loadgate.config.profile import HealthBudgets, load_profile, with_distributed
+from loadgate.core.clocks import Offset, best_offset, read_offset, uncertainty_ns
+from loadgate.errors import UsageError
+from loadgate.load.exchanges import ByteTail, Exchange, ExchangeLog, whole_frames
+from loadgate.load.exchanges import read as read_log
+from loadgate.load.target import Raw
+from loadgate.records import Record, read_records
+from tests.profiles import LAX_HEALTH
+
+
+def test_the_offset_is_the_least_round_trips_midpoint_and_known_within_half_of_it():
+    # (driver t1, host t2, driver t4): the second round trip is the shortest
+    got = best_offset([(0, 1_000_150, 300), (1_000, 1_001_060, 1_100), (2_000, 1_002_400, 2_600)])
+    assert got == Offset(offset_ns=1_001_060 - 1_050, within_ns=50, rtt_ns=100)
+    # a host 5 ms ahead, 80 µs each way: read exactly (its reading lies at the midpoint), within 80 µs
+    ticks = iter(range(0, 10**9, 80_000))
+    got = read_offset(lambda: next(ticks) + 5_000_000, rounds=4, clock=lambda: next(ticks))
+    assert (got.offset_ns, got.within_ns, got.rtt_ns) == (5_000_000, 80_000, 160_000)
+    with pytest.raises(ValueError):
+        best_offset([])
+
+
+def test_what_the_start_offset_is_known_within_grows_with_how_far_it_moved_by_the_end():
+    start, end = Offset(100_000, 50_000, 100_000), Offset(3_100_000, 20_000, 40_000)
+    assert uncertainty_ns(start, end) == 50_000 + 3_000_000
+    assert uncertainty_ns(start, start) == 50_000
+
+
+def test_a_drifting_node_clock_runs_fast_by_its_parts_per_million():
+    code = ("import time; from loadgate.core.clocks import wall_ns; a = wall_ns(); t = time.time_ns(); "
+            "time.sleep(0.2); print((wall_ns() - a) / (time.time_ns() - t))")
+    env = {**os.environ, "LOADGATE_CLOCK_DRIFT_PPM": "500000"}
+    ratio = float(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                 check=True, timeout=60).stdout)
+    assert 1.4 < ratio < 1.6  # 50 % fast, however long the sleep really took
+
+
+def _exchange(i: int) -> Exchange:
+    raw = Raw(start_ns=1, headers_ns=2, end_ns=3, status=200, reads=[(2, b"data: x" * (i + 1))])
+    return Exchange(i, False, 8, 2, 0, 4, 0, None, raw)
+
+
+def test_the_relay_takes_whole_frames_only_and_its_copy_reads_as_the_log(tmp_path: Path):
+    src = tmp_path / "w.lgx"
+    log = ExchangeLog(src, {"api": "openai-completions", "stream": True, "max_event_bytes": 1 << 20})
+    for i in range(3):
+        log.add(_exchange(i))
+    log.close()
+    whole = src.read_bytes()
+    half = whole[: len(whole) - 5]  # the last frame cut, as a batch still being written
+    src.write_bytes(half)
+    tail = ByteTail(src)
+    first = tail.new()
+    assert whole_frames(half) == len(first) < len(half) and tail.new() == b""
+    src.write_bytes(whole)
+    copy = tmp_path / "copy.lgx"
+    copy.write_bytes(first + tail.new())
+    contents = read_log(copy)
+    assert contents is not None and [x.i for x in contents.exchanges] == [0, 1, 2]
+    assert ByteTail(tmp_path / "missing.lgx").new() == b""
+
+
+def test_records_v10_name_actor_and_node_and_a_node_that_is_not_text_is_refused(tmp_path: Path):
+    rec = Record(i=0, warmup=False, level=1, intended_ns=None, ready_ns=0, start_ns=0, headers_ns=1, end_ns=2,
+                 status=200, error=None, prompt_tokens_planned=4, output_tokens_planned=1, prompt_tokens=4,
+                 completion_tokens=1, actor=2, node="abc123")
+    path = tmp_path / "records.jsonl"
+    path.write_bytes(rec.to_json() + rec.to_json().replace(b'"node":"abc123"', b'"node":7'))
+    with pytest.raises(UsageError, match=r"records\.jsonl:2: .*node"):
+        list(read_records(path))
+    path.write_bytes(rec.to_json())
+    (back,) = read_records(path)
+    assert (back.v, back.actor, back.node) == (10, 2, "abc123")
+
+
+def _profile(tmp: Path, distributed: dict[str, object] | None) -> Path:
+    doc = {"name": "d", "target": {"endpoint": "embedded"},
+           "workload": {"requests": 2, "input_len": {"dist": "fixed", "value": 8},
+                        "output_len": {"dist": "fixed", "value": 2}},
+           "load": {"concurrency": 1, **({"distributed": distributed} if distributed else {})},
+           "health": LAX_HEALTH, "output": {"dir": str(tmp / "out")}}
+    p = tmp / "p.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def test_the_command_lines_ray_flags_set_load_distributed_and_say_what_is_wrong(tmp_path: Path):
+    plain = load_profile(str(_profile(tmp_path, None)))
+    assert with_distributed(plain, None, None) is plain
+    d = with_distributed(plain, "ray://10.0.0.1:10001", 4).load.distributed
+    assert d is not None and (d.address, d.actors, d.per_actor.cpus) == ("ray://10.0.0.1:10001", 4, 1.0)
+    with pytest.raises(UsageError, match="--actors: the profile has no load.distributed"):
+        with_distributed(plain, None, 3)
+    with pytest.raises(UsageError, match="--ray: give auto, host:port or ray://host:port, got 'nowhere'"):
+        with_distributed(plain, "nowhere", None)
+    kept = with_distributed(load_profile(str(_profile(tmp_path, {"address": "auto", "actors": 5}))), None, 2)
+    assert kept.load.distributed is not None and kept.load.distributed.actors == 2
+
+
+def test_a_profile_with_a_bad_ray_address_is_refused_naming_its_key(tmp_path: Path, capsys):
+    assert main(["validate", str(_profile(tmp_path, {"address": "10.0.0.1"}))]) == 2
+    err = capsys.readouterr().err
+    assert "load.distributed.address" in err and "give auto, host:port or ray://host:port" in err
+
+
+def test_without_ray_installed_a_distributed_run_stops_with_one_line_and_exit_2(tmp_path: Path, capsys,
+                                                                                  monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    assert main(["run", "--unverified", "-q", str(_profile(tmp_path, {"address": "127.0.0.1:1"}))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "loadgate: load.distributed: backend ray needs Ray: pip install 'loadgate[ray]'"
+    assert not (tmp_path / "out").exists()  # before anything started
+
+
+def test_nothing_listening_at_the_ray_address_is_exit_3_at_once(tmp_path: Path, capsys):
+    t = time.monotonic()
+    assert main(["run", "--unverified", "-q", "--ray", "127.0.0.1:1", str(_profile(tmp_path, None))]) == 3
+    assert time.monotonic() - t < 60  # Ray's own connect would retry for minutes
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("loadgate: load.distributed.address: no Ray cluster at 127.0.0.1:1:") and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def _dist(lost: list[dict[str, object]], within: float | None = 0.4) -> dict[str, object]:
+    actors = [{"actor": a, "node": f"node{a}" + "0" * 20, "ip": f"10.0.0.{a}", "offset_start_ms": 0.1,
+               "known_within_ms": within if a == 1 else 0.3} for a in range(2)]
+    return {"backend": "ray", "address": "auto", "levels": {"4": {"actors": actors, "lost": lost}}}
+
+
+def _rec(i: int, actor: int) -> Record:
+    return Record(i=i, warmup=False, level=4, intended_ns=None, ready_ns=0, start_ns=0, headers_ns=1, end_ns=2,
+                  status=200, error=None, prompt_tokens_planned=4, output_tokens_planned=1, prompt_tokens=4,
+                  completion_tokens=1, actor=actor, node=f"node{actor}" + "0" * 20)
+
+
+def test_the_verdict_names_a_lost_actor_and_a_loosely_known_clock_and_nothing_else():
+    from loadgate.analysis.distributed import actor_lines, problems
+
+    budgets = HealthBudgets(**{**LAX_HEALTH, "clock_offset_ms": 5.0})
+    recs = [_rec(i, i % 2) for i in range(9)]
+    assert problems(_dist([]), recs, budgets) == []
+    lost = [{"actor": 1, "node": "node1" + "0" * 20, "ip": "10.0.0.1", "why": "The actor died unexpectedly"}]
+    (said,) = problems(_dist(lost, within=None), recs, budgets)
+    assert said == ("part of the plan was not sent: level 4: actor 1 on node node10000000 (10.0.0.1) was lost "
+                    "(The actor died unexpectedly); the 4 records it streamed before are kept and counted")
+    (loose,) = problems(_dist([], within=7.25), recs, budgets)
+    assert loose.startswith("level 4: actor 1 on node node10000000 (10.0.0.1): its clock's offset to the driver is "
+                            "known only within 7.25 ms (health.clock_offset_ms 5)")
+    (unread,) = problems(_dist([], within=None), recs, budgets)
+    assert "its clock offset was not read at the level's end" in unread
+    lines = actor_lines(_dist([]), recs)
+    assert lines[0].startswith("actor 0 (level 4) on node node00000000 (10.0.0.0): 5 records")
