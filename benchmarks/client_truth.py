@@ -235,7 +235,7 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
                "max": float(x.max()), "bound_p99": float(np.percentile(bounds, 99)) if bounds else None,
                "cpu_per_1k": 1000 * (window_cpu + decode_cpu) / ev, "window_cpu_per_1k": 1000 * window_cpu / ev,
                "decode_cpu_per_1k": 1000 * decode_cpu / ev, "wall": wall, "code": proc.returncode,
-               "outcome": verdict["outcome"],
+               "outcome": verdict["outcome"], "message": verdict.get("message", ""),
                "stated_bound": ((level.get("client_health") or {}).get("stamp_bound") or {}).get("stated_p99_ms"),
                "violations": violations, "unknown": unknown, "examples": examples,
                "busy_fraction": ((level.get("client_health") or {}).get("stamp_bound") or {}).get("busy_fraction"),
@@ -313,7 +313,7 @@ def capacity(a: argparse.Namespace, sc: list[int], cc: list[int], shape: tuple[s
                 r["reps"] = 1
                 show(r)
                 probes.append({k: r[k] for k in ("streams", "workers", "ray", "rate", "p50", "p99", "max", "code",
-                                                 "outcome", "stated_bound", "invalid", "wall")})
+                                                 "outcome", "message", "stated_bound", "invalid", "wall")})
                 ok = r["p99"] <= 1.0 and r["code"] in (0, 11)
                 if not ok:
                     break
