@@ -169,16 +169,17 @@ def test_a_killed_actor_fails_the_run_with_exit_30_naming_it_its_streamed_record
 def test_a_node_whose_clock_moves_during_the_level_makes_the_run_invalid(
         sims: list[SimProcess], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Node 2's wall clock runs 2 % fast (LOADGATE_CLOCK_DRIFT_PPM in its environment): over a level of
-    a few seconds its offset moves by tens of ms, beyond health.clock_offset_ms (5 ms)."""
-    with local_cluster(tmp_path_factory.mktemp("raydrift"), env={2: {"LOADGATE_CLOCK_DRIFT_PPM": "20000"}}) as c:
+    """Node 2's wall clock runs 10 % fast (LOADGATE_CLOCK_DRIFT_PPM in its environment): over a level of
+    a second or more its offset moves by 100 ms or more, beyond health.clock_offset_ms (20 ms here, so
+    that the other nodes' round trips on a busy 2-core host stay well inside it)."""
+    with local_cluster(tmp_path_factory.mktemp("raydrift"), env={2: {"LOADGATE_CLOCK_DRIFT_PPM": "100000"}}) as c:
         p = profile(tmp_path, sims, c.address, "drift", load={"concurrency": 3, "warmup_requests": 3},
-                    health={**LAX_HEALTH, "clock_offset_ms": 5.0}, requests=45)
+                    health={**LAX_HEALTH, "clock_offset_ms": 20.0}, requests=45)
         assert main(["run", "--unverified", "-q", str(p)]) == 30
     out = capsys.readouterr().out
     dist = load_json(tmp_path / "out" / "drift" / "distributed.json")["levels"]["3"]["actors"]
-    loose = [a for a in dist if a["known_within_ms"] > 5.0]
-    assert len(loose) == 1 and all(a["known_within_ms"] < 5.0 for a in dist if a is not loose[0])
+    loose = [a for a in dist if a["known_within_ms"] > 20.0]
+    assert len(loose) == 1 and loose[0]["known_within_ms"] > 60.0  # the drifting node's, and only it
     assert f"actor {loose[0]['actor']} on node {loose[0]['node'][:12]}" in out
     assert "its clock's offset to the driver is known only within" in out
     assert main(["report", str(tmp_path / "out" / "drift")]) == 30
