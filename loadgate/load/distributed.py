@@ -47,6 +47,8 @@ from loadgate.records import STEAL_TRUSTED, RecordWriter
 
 DISTRIBUTED_FILE = "distributed.json"  # (loadgate.analysis.distributed reads it; not imported here: numpy)
 POLL_S = 0.25
+CALL_S = 60.0  # an actor (or the counter) that does not answer a poll within this: the cluster is lost (exit 3)
+READY_S = 180.0  # ... nor says it is ready (its workers build the phase's bodies) within this
 START_AFTER_NS = 300_000_000  # every actor is ready: the phase starts this long after, on the driver's clock
 
 
@@ -88,6 +90,16 @@ def _reachable(address: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as e:
         raise EngineError(f"load.distributed.address: no Ray cluster at {address}: {e.strerror or e}") from None
+
+
+async def _answer(aw: Any, timeout_s: float) -> Any:
+    """`aw` awaited, or EngineError once `timeout_s` passed (a cluster that went away does not answer,
+    and Ray would wait on it)."""
+    try:
+        return await asyncio.wait_for(aw, timeout_s)
+    except TimeoutError:
+        raise EngineError(f"load.distributed: the Ray cluster stopped answering (no reply in {timeout_s:g} s)") \
+            from None
 
 
 def _call(ref: Any, timeout_s: float | None = 120.0) -> Any:
@@ -142,7 +154,7 @@ class RayGroup:
             return []
         if isinstance(phase.loop, Concurrency) and not phase.warmup and phase.ramp is None:
             end = phase.indices.start + len(self.plan.conversations) if self.plan.conversations else phase.indices.stop
-            await self.counter.reset.remote(phase.indices.start, end)
+            await _answer(self.counter.reset.remote(phase.indices.start, end), CALL_S)
         t0_wall = wall_ns() - (perf_counter_ns() - phase.t0_ns)
         live = list(range(len(self.actors)))
         offs = [o.offset_ns for o in self.start_offsets]
@@ -160,7 +172,8 @@ class RayGroup:
                     stopped = True
                     for a in live:
                         self.actors[a].stop.remote()
-                polls = await asyncio.gather(*(self.actors[a].poll.remote() for a in live), return_exceptions=True)
+                polls = await _answer(asyncio.gather(*(self.actors[a].poll.remote() for a in live),
+                                                     return_exceptions=True), CALL_S)
                 for a, got in zip(list(live), polls, strict=True):
                     if isinstance(got, ray.exceptions.RayActorError):
                         self._lose(a, got, phase)
@@ -192,7 +205,7 @@ class RayGroup:
 
     async def _each(self, which: list[int], call: Callable[[int], Any]) -> None:
         ray = _ray()
-        got = await asyncio.gather(*(call(a) for a in which), return_exceptions=True)
+        got = await _answer(asyncio.gather(*(call(a) for a in which), return_exceptions=True), READY_S)
         for a, g in zip(which, got, strict=True):
             if isinstance(g, ray.exceptions.RayActorError):
                 self._lose(a, g, None)
