@@ -394,8 +394,9 @@ def _preflight(profile: Profile, unverified: bool) -> None:
     profile.check_files(("target", "workload") if unverified else ("target", "workload", "exactness"))
     check_source(profile)  # every line or row of a trace or dataset, before the exactness check
     if profile.load.distributed is not None:  # the cluster reached and big enough, before anything starts
-        from loadgate.load.distributed import connect
+        from loadgate.load.distributed import connect, refuse_literal_secrets
 
+        refuse_literal_secrets(profile)
         connect(profile.load.distributed, profile.load.workers)
 
 

@@ -73,6 +73,12 @@ def redact_bytes(data: bytes) -> bytes:
     return data
 
 
+def holds_literal_secret(name: str, value: str) -> bool:
+    """A credential header whose value is more than `${NAME}` templates (a key written in the profile)."""
+    template_only = _VAR.fullmatch(value.strip()) is not None or _VAR.sub("", value).strip() in ("", "Bearer")
+    return name.lower() in SENSITIVE_HEADERS and not template_only
+
+
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """Headers as they may be written: credential headers masked unless they are only `${NAME}`
     templates (which hold no secret), every other value with registered secrets masked."""

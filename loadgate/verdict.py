@@ -214,7 +214,7 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     invalid = [p for lv in invalid_levels for p in summary.levels[lv].invalid]
     if not ((meta.get("profile") or {}).get("load") or {}).get("search"):
         invalid += nothing_measured(summary, judged)
-    invalid = distributed_invalid(run_dir, meta) + invalid  # (a lost actor first: the rest follows from it)
+    invalid = distributed_invalid(run_dir, meta, invalid_levels) + invalid  # (a lost actor first: the rest follows)
     code, outcome, message = _decide(invalid, summary.unverified, judged, None)
     if summary.damage:
         code, outcome, message = Exit.DAMAGED, Exit.DAMAGED.outcome, "run folder damaged: " + Damage(**summary.damage).words()
@@ -225,18 +225,24 @@ def judge(run_dir: Path | str, *, finishing: bool = False) -> Judgement:
     return Judgement(v, summary=summary, thresholds=judged)
 
 
-def distributed_invalid(run_dir: Path, meta: dict[str, Any]) -> list[str]:
+def distributed_invalid(run_dir: Path, meta: dict[str, Any], levels: list[str]) -> list[str]:
     """A distributed run's own reasons to be invalid (`loadgate.analysis.distributed`): a lost actor,
-    a clock offset known too loosely, one actor's stamps or schedule over budget."""
+    a clock offset known too loosely, one actor's stamps or schedule over budget; of `levels` (a
+    search: the probes its answer rests on)."""
     from loadgate.analysis.distributed import problems, read_distributed
     from loadgate.config.profile import HealthBudgets
     from loadgate.records import Damage, read_records
 
     dist = read_distributed(run_dir)
     if dist is None:
+        if ((meta.get("profile") or {}).get("load") or {}).get("distributed"):
+            return ["load.distributed: distributed.json is missing or damaged, so the actors' clocks and losses "
+                    "cannot be judged"]
         return []
     budgets = HealthBudgets(**((meta.get("profile") or {}).get("health") or {}))
     records = list(read_records(run_dir / "records.jsonl", damage=Damage())) if (run_dir / "records.jsonl").exists() else []
+    keep = {float(lv) for lv in levels}
+    dist = {**dist, "levels": {lv: e for lv, e in dist["levels"].items() if float(lv) in keep or e.get("lost")}}
     return problems(dist, records, budgets)
 
 

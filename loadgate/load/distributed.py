@@ -60,6 +60,20 @@ def _ray() -> Any:
     return ray
 
 
+def refuse_literal_secrets(profile: Profile) -> None:
+    """Actors get the profile as written, through Ray (its object store keeps what it carries): a key
+    written in it as a literal would travel; `${NAME}` (read on each node) or `api_key_env` does not."""
+    from loadgate.secrets import holds_literal_secret
+
+    sides = [("target", profile.target)] + ([("ab.baseline", profile.ab.baseline)] if profile.ab is not None else [])
+    for where, target in sides:
+        for name, value in target.headers.items():
+            if holds_literal_secret(name, value):
+                raise UsageError(f"{where}.headers.{name}: under load.distributed write the credential as ${{NAME}} "
+                                 "(each node reads it from its environment) or use api_key_env: a literal would "
+                                 "travel through Ray")
+
+
 def connect(cfg: Distributed, workers: int) -> None:
     """Join the Ray cluster (once per process) and check that it can hold the actors: before anything
     starts. An address nothing answers at is an engine failure (exit 3); too few CPUs, a usage error."""
@@ -95,8 +109,11 @@ def _reachable(address: str, timeout_s: float = 5.0) -> None:
 async def _answer(aw: Any, timeout_s: float) -> Any:
     """`aw` awaited, or EngineError once `timeout_s` passed (a cluster that went away does not answer,
     and Ray would wait on it)."""
+    ray = _ray()
     try:
         return await asyncio.wait_for(aw, timeout_s)
+    except ray.exceptions.RayError as e:
+        raise EngineError(f"load.distributed: the Ray cluster failed a call: {_first_line(e)}") from None
     except TimeoutError:
         raise EngineError(f"load.distributed: the Ray cluster stopped answering (no reply in {timeout_s:g} s)") \
             from None
@@ -136,12 +153,24 @@ class RayGroup:
             self.info = [_call(a.info.remote()) for a in self.actors]
         except ray.exceptions.RayActorError as e:
             raise EngineError(f"load.distributed: an actor did not start: {_first_line(e)}") from None
+        for info in self.info:
+            if info.get("error"):  # its node lacked what the run needs (an environment variable)
+                kind, message = info["error"]
+                where = f"load.distributed: actor {info['actor']} on node {info['node'][:12]} ({info['ip']})"
+                cls = UsageError if kind in ("UsageError", "ProfileError") else EngineError
+                self._kill()
+                raise cls(f"{where}: {message}")
         self.start_offsets = [self._offset(a) for a in self.actors]
         self.end_offsets: list[Offset | None] = [None] * len(self.actors)
         self._write()
 
     def _offset(self, actor: Any) -> Offset:
-        return read_offset(lambda: int(_call(actor.clock.remote(), 30.0)))
+        ray = _ray()
+        try:
+            return read_offset(lambda: int(_call(actor.clock.remote(), 30.0)))
+        except ray.exceptions.RayError as e:
+            raise EngineError(f"load.distributed: an actor did not answer its clock reading: {_first_line(e)}") \
+                from None
 
     def _name(self, a: int) -> str:
         return f"actor {a} on node {self.info[a]['node'][:12]} ({self.info[a]['ip']})"
@@ -161,9 +190,11 @@ class RayGroup:
         files: dict[str, Path] = {}
         healths: dict[int, list[dict[str, Any]]] = {}
         try:
-            await self._each(live, lambda a: self.actors[a].ready.remote(phase, t0_wall, offs[a]))
+            if not await self._each(live, lambda a: self.actors[a].ready.remote(phase, t0_wall, offs[a])):
+                return []  # an actor was lost before the phase began: nothing is sent (the verdict says why)
             start = wall_ns() + START_AFTER_NS
-            await self._each(live, lambda a: self.actors[a].go.remote(start, offs[a]))
+            if not await self._each(live, lambda a: self.actors[a].go.remote(start, offs[a])):
+                live = [a for a in live if a not in {x["actor"] for x in self.lost}]
             done = [0] * len(self.actors)
             stopped = False
             while live:
@@ -203,16 +234,22 @@ class RayGroup:
             self._decode(files, healths, writer)
         return [h for a in sorted(healths) for h in healths[a]]
 
-    async def _each(self, which: list[int], call: Callable[[int], Any]) -> None:
+    async def _each(self, which: list[int], call: Callable[[int], Any]) -> bool:
+        """`call` on every actor in `which`; False when one was lost (recorded; the others told to stop)."""
         ray = _ray()
         got = await _answer(asyncio.gather(*(call(a) for a in which), return_exceptions=True), READY_S)
+        whole = True
         for a, g in zip(which, got, strict=True):
             if isinstance(g, ray.exceptions.RayActorError):
                 self._lose(a, g, None)
-                raise EngineError(f"load.distributed: {self._name(a)} was lost before the phase began: "
-                                  f"{_first_line(g)}")
-            if isinstance(g, BaseException):
+                whole = False
+            elif isinstance(g, ray.exceptions.RayError):
+                raise EngineError(f"load.distributed: {self._name(a)}: {_first_line(g)}")
+            elif isinstance(g, BaseException):
                 raise g
+        if not whole:
+            self.stop()
+        return whole
 
     def _lose(self, a: int, e: BaseException, phase: Phase | None) -> None:
         self.lost.append({"actor": a, "node": self.info[a]["node"], "ip": self.info[a]["ip"],
@@ -223,8 +260,8 @@ class RayGroup:
         """The frames actor `a` relayed, appended to its logs in the run folder (`exchanges/`)."""
         for name, data in logs.items():
             path = files.get(f"{a}/{name}")
-            if path is None:
-                path = self.run_dir / "exchanges" / f"a{a}-{name}"
+            if path is None:  # <the worker's log>.a<actor>.lgx: `<tag>-*.lgx` as on one host (abort_watch)
+                path = self.run_dir / "exchanges" / f"{name.removesuffix('.lgx')}.a{a}.lgx"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 files[f"{a}/{name}"] = path
             with open(path, "ab") as f:
@@ -237,8 +274,8 @@ class RayGroup:
 
         adapter = adapter_for(self.spec.api)
         for key, path in sorted(files.items()):
-            a = int(key.split("/", 1)[0])
-            j = _worker_of(path.name)
+            a_text, name = key.split("/", 1)
+            a, j = int(a_text), _worker_of(name)
             h = healths.get(a) or []
             steal = h[j].get("host_steal_fraction") if j is not None and j < len(h) else None
             contents = read_log(path)
@@ -290,6 +327,10 @@ class RayGroup:
                     self.lost.append({"actor": a, "node": self.info[a]["node"], "ip": self.info[a]["ip"],
                                       "phase": None, "why": _first_line(e)})
         self._write()
+        self._kill()
+
+    def _kill(self) -> None:
+        ray = _ray()
         for actor in [*self.actors, self.counter]:
             with contextlib.suppress(Exception):
                 ray.kill(actor)

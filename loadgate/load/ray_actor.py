@@ -33,6 +33,7 @@ from typing import Any
 
 from loadgate.config.profile import Profile
 from loadgate.core.clocks import perf_at, wall_ns
+from loadgate.errors import LoadgateError
 from loadgate.load.exchanges import ByteTail
 from loadgate.load.executors import Concurrency, StopFlag
 from loadgate.load.recorder import read_abort
@@ -42,6 +43,8 @@ from loadgate.load.workload.dataset import Prepared
 from loadgate.net.connect import run_async
 from loadgate.net.http import session_settings
 from loadgate.secrets import registered
+
+COUNTER_S = 60.0  # a draw from the shared counter not answered within this: the phase is cut short, and said
 
 
 class IndexCounter:
@@ -76,7 +79,13 @@ class LoadActor:
         self.a, self.actors, self.workers, self.counter = a, actors, workers, counter
         self.dir = Path(tempfile.mkdtemp(prefix="loadgate-actor-"))
         self.stop_flag = StopFlag()
-        self.group = WorkerGroup(node_env_spec(spec, profile), profile, pool, workers, self.dir, self.stop_flag,
+        self.init_error: tuple[str, str] | None = None  # (kind, one line): told by `info`, not a dead actor
+        try:
+            here = node_env_spec(spec, profile)
+        except LoadgateError as e:  # a key this node's environment lacks: the run's own one-line error
+            self.init_error = (type(e).__name__, e.message)
+            return
+        self.group = WorkerGroup(here, profile, pool, workers, self.dir, self.stop_flag,
                                  round_, dataset, place=(a * workers, actors * workers), fed=True)
         self.tails: dict[str, ByteTail] = {}
         self.phase: Phase | None = None
@@ -85,6 +94,7 @@ class LoadActor:
         self.runner: threading.Thread | None = None
         self.relay: threading.Thread | None = None
         self.relay_stop = threading.Event()
+        self.relay_error: str | None = None
 
     def info(self) -> dict[str, Any]:
         import ray
@@ -92,16 +102,17 @@ class LoadActor:
         ctx = ray.get_runtime_context()
         ip = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
         return {"actor": self.a, "node": ctx.get_node_id(), "host": socket.gethostname(), "ip": ip,
-                "pid": os.getpid(), "workers": self.workers}
+                "pid": os.getpid(), "workers": self.workers, "error": self.init_error}
 
     def clock(self) -> int:
         return wall_ns()
 
     def ready(self, phase: Phase, t0_wall: int, offset_ns: int) -> bool:
+        assert self.init_error is None
         """Hand `phase` (its origin `t0_wall`, the driver's wall clock) to the workers; True once they
         are ready. The closed loop's draws start being fetched here."""
         self.phase = dataclasses.replace(phase, t0_ns=perf_at(t0_wall + offset_ns))
-        self.health, self.error = None, None
+        self.health, self.error, self.relay_error = None, None, None
         self.stop_flag = StopFlag()
         self.group.stop_flag = self.stop_flag
         self.group.stopping.value = 0
@@ -124,7 +135,13 @@ class LoadActor:
         want = depth
         try:
             while not self.relay_stop.is_set():
-                got = ray.get(self.counter.take.remote(want))
+                try:
+                    got = ray.get(self.counter.take.remote(want), timeout=COUNTER_S)
+                except Exception as e:  # the counter lost or silent: the phase cannot be whole (told by `poll`)
+                    self.relay_error = f"the shared counter did not answer: {type(e).__name__}"
+                    self.stop_flag.set()
+                    self.group.stop()
+                    return
                 for k in got:
                     feed.put(k)
                 if len(got) < want:
@@ -159,22 +176,28 @@ class LoadActor:
         return True
 
     def _end_relay(self) -> None:
-        if self.relay is not None:
+        relay, self.relay = self.relay, None  # (the phase's thread and `close` may both get here)
+        if relay is not None:
             self.relay_stop.set()
-            self.relay.join(30)
-            self.relay = None
+            relay.join(30)
             with contextlib.suppress(queue.Empty, OSError, ValueError):  # what was drawn but not sent
                 while True:
                     self.group.feed.get(timeout=0.05)
 
-    def _logs(self) -> dict[str, bytes]:
+    def _logs(self, whole: bool = False) -> dict[str, bytes]:
+        """The new whole frames of each log; `whole`: the phase is over, so all of them (the logs are
+        removed next)."""
         out = {}
         folder = self.dir / "exchanges"
         for path in sorted(folder.glob("*.lgx")) if folder.is_dir() else []:
             tail = self.tails.setdefault(path.name, ByteTail(path))
-            data = tail.new()
-            if data:
-                out[path.name] = data
+            parts = []
+            while data := tail.new():
+                parts.append(data)
+                if not whole:
+                    break
+            if parts:
+                out[path.name] = b"".join(parts)
         return out
 
     def poll(self) -> dict[str, Any]:
@@ -182,11 +205,11 @@ class LoadActor:
         and once the phase is over its health (or error). The finished phase's logs are removed after
         their last frames went out."""
         finished = self.runner is not None and not self.runner.is_alive()
-        logs = self._logs()
+        logs = self._logs(whole=finished)
         out = {"logs": logs, "done": int(self.group.done.value), "finished": finished, "health": None,
                "error": None, "abort": read_abort(self.dir)}
         if finished:
-            out["health"], out["error"] = self.health, self.error
+            out["health"], out["error"] = self.health, self.error or self.relay_error
             for name in list(self.tails):
                 with contextlib.suppress(OSError):
                     (self.dir / "exchanges" / name).unlink()
@@ -203,8 +226,9 @@ class LoadActor:
         return True
 
     def close(self) -> bool:
-        self._end_relay()
-        self.group.close()
+        if self.init_error is None:
+            self._end_relay()
+            self.group.close()
         shutil.rmtree(self.dir, ignore_errors=True)
         return True
 

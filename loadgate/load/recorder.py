@@ -220,6 +220,7 @@ def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
     out: list[Record] = []
     paths = sorted((run_dir / "exchanges").glob("*.lgx")) if (run_dir / "exchanges").is_dir() else []
     read_paths = []
+    nodes = _nodes(run_dir)
     for path in paths:
         try:
             contents = read_log(path)
@@ -234,7 +235,28 @@ def recover(run_dir: Path) -> tuple[list[Record], list[Path]]:
             contents.close()
             continue
         read_paths.append(path)
+        actor = _relayed_by(path.name)
         for x in contents.exchanges:
             d = decode(adapter, stream, x.raw, max_event, trust_wakes=False)
-            out.append(exchange_record(x, d, m.get("prompt_overhead")))
+            rec = exchange_record(x, d, m.get("prompt_overhead"))
+            if actor is not None:  # a Ray actor's relayed log (load.distributed): its actor and node
+                node = nodes.get((float(x.level), actor))
+                rec = dataclasses.replace(rec, actor=actor, node=node)
+            out.append(rec)
     return out, read_paths
+
+
+def _relayed_by(name: str) -> int | None:
+    """The actor of a relayed log's name (`<worker log>.a<actor>.lgx`), None for this host's own."""
+    stem = name.removesuffix(".lgx")
+    head, dot, tail = stem.rpartition(".a")
+    return int(tail) if dot and head and tail.isdigit() else None
+
+
+def _nodes(run_dir: Path) -> dict[tuple[float, int], str]:
+    """(level, actor) -> node id, from distributed.json (none for a run from one host)."""
+    try:
+        d = orjson.loads((run_dir / "distributed.json").read_bytes())
+        return {(float(lv), int(a["actor"])): str(a["node"]) for lv, e in d["levels"].items() for a in e["actors"]}
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return {}

@@ -109,7 +109,8 @@ async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorde
         prepare(target, plan, (k for k in phase.indices if next_index is not None or mine(k)))
     monitor = HealthMonitor()
     monitor.start()
-    stop = None if phase.duration_s is None else perf_counter_ns() + int(phase.duration_s * 1e9)
+    # the duration counts from the phase's start (a group's workers start at one given moment)
+    stop = None if phase.duration_s is None else (start_ns or perf_counter_ns()) + int(phase.duration_s * 1e9)
     gc.disable()
     failed: BaseException | None = None
     try:
@@ -369,9 +370,10 @@ def _worker(j: int, n: int, spec: TargetSpec, profile: Profile, pool: list[int],
     if feed is not None:
         die_with_parent()
     # under Ray, a core by the worker's place among every host's where this host has that many (the
-    # actors of one host then take a core each), else by its place in this host's group
+    # actors of one host then take a core each), else none; on one host, by its place in the group
     if place is None or pin(*place) is None:
-        pin(j, n)
+        if feed is None:  # (under Ray, actors sharing a host would each pin their worker j to one core)
+            pin(j, n)
     try:
         run_async(_worker_main(*(place or (j, n)), spec, profile, pool, inbox, outbox, counter, done, stopping,
                                round_, dataset, feed, taken, j))

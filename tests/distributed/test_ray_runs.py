@@ -138,7 +138,7 @@ def test_a_killed_actor_fails_the_run_with_exit_30_naming_it_its_streamed_record
     def killer() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            logs = [f for f in glob.glob(str(run / "exchanges" / "a1-*")) if "w-part" not in f]
+            logs = [f for f in glob.glob(str(run / "exchanges" / "*.a1.lgx")) if "w-part" not in f]
             if (run / "distributed.json").exists() and logs and os.path.getsize(logs[0]) > 20_000:
                 actor = load_json(run / "distributed.json")["levels"]["3"]["actors"][1]
                 killed.update(actor)
@@ -148,6 +148,8 @@ def test_a_killed_actor_fails_the_run_with_exit_30_naming_it_its_streamed_record
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
+    for sim in sims:
+        sim.reset_truth()
     assert main(["run", "--unverified", "-q", str(p)]) == 30
     t.join(5)
     assert killed, "the actor was not killed during the measured phase"
@@ -159,11 +161,32 @@ def test_a_killed_actor_fails_the_run_with_exit_30_naming_it_its_streamed_record
     assert of_1 and len(recs) < 400  # what it streamed is kept; the level stopped
     assert f"the {len(of_1)} records it streamed before are kept and counted" in out
     assert len({r.i for r in recs}) == len(recs)
+    # the killed actor's worker died with it: the simulators saw no more than what was recorded and
+    # what was in flight when it died (nothing went on sending)
+    time.sleep(1.0)
+    reached = sum(generation_rids(sims).values())
+    recorded = len(list(read_records(run / "records.jsonl", include_warmup=True)))
+    assert recorded <= reached <= recorded + 3, (recorded, reached)
     # the folder says the same to `report` (not INCOMPLETE)
     assert main(["report", str(run)]) == 30
     again = capsys.readouterr().out
     assert name in again and "INCOMPLETE" not in again
     assert not list((run / "exchanges").glob("*.lgx")) if (run / "exchanges").exists() else True
+
+
+def test_a_node_without_the_key_in_its_environment_stops_the_run_with_one_line_naming_it(
+        cluster: Any, sims: list[SimProcess], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver has it; no node's environment does (they were started before it was set)."""
+    monkeypatch.setenv("LOADGATE_RAY_ABSENT_KEY", KEY)  # (the simulators want KEY)
+    p = profile(tmp_path, sims, cluster.address, "nokey", load={"concurrency": 3})
+    doc = yaml.safe_load(p.read_text())
+    doc["target"]["api_key_env"] = "LOADGATE_RAY_ABSENT_KEY"
+    p.write_text(yaml.safe_dump(doc))
+    assert main(["run", "--unverified", "-q", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("loadgate: load.distributed: actor ")
+    assert err.endswith("target.api_key_env: the environment variable LOADGATE_RAY_ABSENT_KEY is not set (or empty)")
 
 
 def test_a_node_whose_clock_moves_during_the_level_makes_the_run_invalid(

@@ -130,6 +130,7 @@ def test_without_ray_installed_a_distributed_run_stops_with_one_line_and_exit_2(
 
 
 def test_nothing_listening_at_the_ray_address_is_exit_3_at_once(tmp_path: Path, capsys):
+    pytest.importorskip("ray")  # (the [dev] extra brings it)
     t = time.monotonic()
     assert main(["run", "--unverified", "-q", "--ray", "127.0.0.1:1", str(_profile(tmp_path, None))]) == 3
     assert time.monotonic() - t < 60  # Ray's own connect would retry for minutes
@@ -167,3 +168,42 @@ def test_the_verdict_names_a_lost_actor_and_a_loosely_known_clock_and_nothing_el
     assert "its clock offset was not read at the level's end" in unread
     lines = actor_lines(_dist([]), recs)
     assert lines[0].startswith("actor 0 (level 4) on node node00000000 (10.0.0.0): 5 records")
+
+
+def test_a_credential_written_as_a_literal_is_refused_under_ray_before_anything_starts(tmp_path: Path, capsys):
+    """Actors get the profile through Ray's object store: a literal key would travel; ${NAME} does not."""
+    p = _profile(tmp_path, {"address": "127.0.0.1:1"})
+    doc = yaml.safe_load(p.read_text())
+    doc["target"]["headers"] = {"Authorization": "Bearer sk-literal-1234"}
+    p.write_text(yaml.safe_dump(doc))
+    assert main(["run", "--unverified", "-q", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("loadgate: target.headers.Authorization: under load.distributed write the credential as "
+                          "${NAME}") and "sk-literal" not in err
+    doc["target"]["headers"] = {"Authorization": "Bearer ${SOME_KEY}"}  # a template: allowed past this check
+    from loadgate.load.distributed import refuse_literal_secrets
+
+    p.write_text(yaml.safe_dump(doc))
+    refuse_literal_secrets(load_profile(str(p)))
+
+
+def test_a_crashed_drivers_relayed_logs_are_read_back_with_their_actor_and_node(tmp_path: Path):
+    from loadgate.jsonutil import dump_json
+    from loadgate.load.recorder import recover
+
+    log = ExchangeLog(tmp_path / "exchanges" / "r-L4-part-r-L4-0.a2.lgx",
+                      {"api": "openai-completions", "stream": True, "max_event_bytes": 1 << 20})
+    log.add(_exchange(0))
+    log.close()
+    dump_json(tmp_path / "distributed.json", {"levels": {"4": {"actors": [{"actor": 2, "node": "n2"}], "lost": []}}})
+    (rec,), paths = recover(tmp_path)
+    assert (rec.actor, rec.node) == (2, "n2") and len(paths) == 1
+
+
+def test_a_distributed_run_without_its_distributed_json_is_not_judged_as_one_hosts():
+    from loadgate.verdict import distributed_invalid
+
+    meta = {"profile": {"load": {"distributed": {"address": "auto"}}}}
+    (said,) = distributed_invalid(Path("/nonexistent"), meta, ["4"])
+    assert "distributed.json is missing or damaged" in said
+    assert distributed_invalid(Path("/nonexistent"), {"profile": {"load": {}}}, ["4"]) == []
