@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def ray_temp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("raytmp")
+def ray_temp() -> Iterator[Path]:
+    """Ray's temp folder, short (its sockets' paths must stay under 108 bytes: pytest's own temp
+    folders, under an xdist worker's, can be longer)."""
+    path = Path(tempfile.mkdtemp(prefix="lgray-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -190,15 +192,17 @@ def test_a_node_without_the_key_in_its_environment_stops_the_run_with_one_line_n
 
 
 def test_a_node_whose_clock_moves_during_the_level_makes_the_run_invalid(
-        sims: list[SimProcess], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+        sims: list[SimProcess], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Node 2's wall clock runs 10 % fast (LOADGATE_CLOCK_DRIFT_PPM in its environment): over a level of
     a second or more its offset moves by 100 ms or more, beyond health.clock_offset_ms (20 ms here, so
     that the other nodes' round trips on a busy 2-core host stay well inside it)."""
-    with local_cluster(tmp_path_factory.mktemp("raydrift"), env={2: {"LOADGATE_CLOCK_DRIFT_PPM": "100000"}}) as c:
+    temp = Path(tempfile.mkdtemp(prefix="lgdrift-", dir="/tmp"))  # (short: Ray's socket paths)
+    with local_cluster(temp, env={2: {"LOADGATE_CLOCK_DRIFT_PPM": "100000"}}) as c:
         p = profile(tmp_path, sims, c.address, "drift", load={"concurrency": 3, "warmup_requests": 3},
                     health={**LAX_HEALTH, "clock_offset_ms": 20.0}, requests=45)
         assert main(["run", "--unverified", "-q", str(p)]) == 30
+    shutil.rmtree(temp, ignore_errors=True)
     out = capsys.readouterr().out
     dist = load_json(tmp_path / "out" / "drift" / "distributed.json")["levels"]["3"]["actors"]
     loose = [a for a in dist if a["known_within_ms"] > 20.0]
