@@ -207,3 +207,20 @@ def test_a_distributed_run_without_its_distributed_json_is_not_judged_as_one_hos
     (said,) = distributed_invalid(Path("/nonexistent"), meta, ["4"])
     assert "distributed.json is missing or damaged" in said
     assert distributed_invalid(Path("/nonexistent"), {"profile": {"load": {}}}, ["4"]) == []
+
+
+def test_a_searchs_distributed_checks_judge_only_the_probes_its_answer_rests_on(tmp_path: Path):
+    """A probe the bracket does not rest on may be loose (as its own INVALID probe may be); a lost actor
+    counts wherever it was lost."""
+    from loadgate.jsonutil import dump_json
+    from loadgate.verdict import distributed_invalid
+
+    loose = _dist([], within=9.0)["levels"]["4"]
+    dump_json(tmp_path / "distributed.json", {"levels": {"4": loose, "8": _dist([])["levels"]["4"]}})
+    meta = {"profile": {"load": {"distributed": {"address": "auto"}}, "health": {"clock_offset_ms": 5.0}}}
+    assert distributed_invalid(tmp_path, meta, ["8"]) == []
+    (said,) = distributed_invalid(tmp_path, meta, ["4", "8"])
+    assert said.startswith("level 4: actor 1") and "known only within 9.00 ms" in said
+    lost = {"actor": 0, "node": "n0", "ip": "10.0.0.0", "why": "killed"}
+    dump_json(tmp_path / "distributed.json", {"levels": {"4": {**loose, "lost": [lost]}, "8": _dist([])["levels"]["4"]}})
+    assert any("part of the plan was not sent: level 4" in m for m in distributed_invalid(tmp_path, meta, ["8"]))
