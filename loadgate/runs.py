@@ -397,7 +397,7 @@ def _preflight(profile: Profile, unverified: bool) -> None:
         from loadgate.load.distributed import connect, refuse_literal_secrets
 
         refuse_literal_secrets(profile)
-        connect(profile.load.distributed, profile.load.workers)
+        connect(profile.load.distributed)
 
 
 def salted(profile: Profile) -> Profile:

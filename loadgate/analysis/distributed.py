@@ -19,10 +19,9 @@ from typing import Any
 
 import orjson
 
-from loadgate.analysis.validity import schedule_lag, stamp_bound
 from loadgate.records import Record
 
-DISTRIBUTED_FILE = "distributed.json"
+DISTRIBUTED_FILE = "distributed.json"  # written by loadgate.load.distributed, per level
 
 
 def read_distributed(run_dir: Path) -> dict[str, Any] | None:
@@ -41,6 +40,8 @@ def _level_key(level: float | int | str) -> float:
 
 def actor_figures(dist: dict[str, Any], records: list[Record]) -> dict[str, list[dict[str, Any]]]:
     """Per level, per actor: node, ip, records (measured), stamp bound p99, schedule lag p99, clock."""
+    from loadgate.analysis.validity import schedule_lag, stamp_bound  # (numpy: not at import, which the
+    # driver's load stage and the recorder do for `read_distributed`)
     mine: dict[tuple[float, int], list[Record]] = defaultdict(list)
     for r in records:
         if r.actor is not None and not r.excluded:

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from loadgate.analysis.distributed import DISTRIBUTED_FILE, read_distributed
 from loadgate.config.profile import Distributed, Profile
 from loadgate.core.clocks import Offset, read_offset, uncertainty_ns, wall_ns
 from loadgate.errors import EngineError, UsageError
@@ -45,7 +46,6 @@ from loadgate.load.workers import Phase
 from loadgate.load.workload.dataset import Prepared
 from loadgate.records import STEAL_TRUSTED, RecordWriter
 
-DISTRIBUTED_FILE = "distributed.json"  # (loadgate.analysis.distributed reads it; not imported here: numpy)
 POLL_S = 0.25
 CALL_S = 60.0  # an actor (or the counter) that does not answer a poll within this: the cluster is lost (exit 3)
 READY_S = 180.0  # ... nor says it is ready (its workers build the phase's bodies) within this
@@ -74,7 +74,7 @@ def refuse_literal_secrets(profile: Profile) -> None:
                                  "travel through Ray")
 
 
-def connect(cfg: Distributed, workers: int) -> None:
+def connect(cfg: Distributed) -> None:
     """Join the Ray cluster (once per process) and check that it can hold the actors: before anything
     starts. An address nothing answers at is an engine failure (exit 3); too few CPUs, a usage error."""
     ray = _ray()
@@ -84,14 +84,13 @@ def connect(cfg: Distributed, workers: int) -> None:
             ray.init(address=cfg.address, logging_level="ERROR", log_to_driver=False,
                      configure_logging=True, include_dashboard=False)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise EngineError(f"load.distributed.address: no Ray cluster at {cfg.address}: {first}") from None
+            raise EngineError(f"load.distributed.address: no Ray cluster at {cfg.address}: {_first_line(e)}") \
+                from None
     cpus = float(ray.cluster_resources().get("CPU", 0))
     need = cfg.actors * cfg.per_actor.cpus
     if need > cpus:
         raise UsageError(f"load.distributed: {cfg.actors} actors x {cfg.per_actor.cpus:g} CPU need {need:g} CPUs; "
                          f"the Ray cluster at {cfg.address} has {cpus:g}")
-    del workers
 
 
 def _reachable(address: str, timeout_s: float = 5.0) -> None:
@@ -123,9 +122,7 @@ def _call(ref: Any, timeout_s: float | None = 120.0) -> Any:
     ray = _ray()
     try:
         return ray.get(ref, timeout=timeout_s)
-    except ray.exceptions.RayActorError:
-        raise
-    except (ray.exceptions.GetTimeoutError, ray.exceptions.RaySystemError) as e:
+    except (ray.exceptions.GetTimeoutError, ray.exceptions.RaySystemError) as e:  # (a dead actor: its caller's)
         raise EngineError(f"load.distributed: the Ray cluster stopped answering: {type(e).__name__}") from None
 
 
@@ -292,11 +289,7 @@ class RayGroup:
 
     def _write(self) -> None:
         """This level's entry in distributed.json (the file keeps every level's)."""
-        path = self.run_dir / DISTRIBUTED_FILE
-        try:
-            whole = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            whole = {"backend": "ray", "address": self.cfg.address, "levels": {}}
+        whole = read_distributed(self.run_dir) or {"backend": "ray", "address": self.cfg.address, "levels": {}}
         actors = []
         for a, info in enumerate(self.info):
             s, e = self.start_offsets[a] if a < len(self.start_offsets) else None, self.end_offsets[a]
@@ -307,7 +300,7 @@ class RayGroup:
                            "rtt_end_ms": None if e is None else e.rtt_ns / 1e6,
                            "known_within_ms": None if s is None or e is None else uncertainty_ns(s, e) / 1e6})
         whole["levels"][self.level] = {"actors": actors, "workers_per_actor": self.workers, "lost": self.lost}
-        dump_json(path, whole)
+        dump_json(self.run_dir / DISTRIBUTED_FILE, whole)
 
     def stop(self) -> None:
         for a in self.actors:

@@ -88,7 +88,6 @@ class LoadActor:
         self.group = WorkerGroup(here, profile, pool, workers, self.dir, self.stop_flag,
                                  round_, dataset, place=(a * workers, actors * workers), fed=True)
         self.tails: dict[str, ByteTail] = {}
-        self.phase: Phase | None = None
         self.health: list[dict[str, Any]] | None = None
         self.error: str | None = None
         self.runner: threading.Thread | None = None
@@ -111,12 +110,12 @@ class LoadActor:
         assert self.init_error is None
         """Hand `phase` (its origin `t0_wall`, the driver's wall clock) to the workers; True once they
         are ready. The closed loop's draws start being fetched here."""
-        self.phase = dataclasses.replace(phase, t0_ns=perf_at(t0_wall + offset_ns))
+        here = dataclasses.replace(phase, t0_ns=perf_at(t0_wall + offset_ns))  # the origin on this host's clock
         self.health, self.error, self.relay_error = None, None, None
         self.stop_flag = StopFlag()
         self.group.stop_flag = self.stop_flag
         self.group.stopping.value = 0
-        run_async(self.group.offer(self.phase))
+        run_async(self.group.offer(here))
         if isinstance(phase.loop, Concurrency) and not phase.warmup and phase.ramp is None:
             total = self.actors * self.workers
             depth = sum(_share(phase.loop.n, total, self.a * self.workers + j) for j in range(self.workers))

@@ -255,8 +255,11 @@ def _relayed_by(name: str) -> int | None:
 
 def _nodes(run_dir: Path) -> dict[tuple[float, int], str]:
     """(level, actor) -> node id, from distributed.json (none for a run from one host)."""
+    from loadgate.analysis.distributed import read_distributed
+
+    d = read_distributed(run_dir)
     try:
-        d = orjson.loads((run_dir / "distributed.json").read_bytes())
-        return {(float(lv), int(a["actor"])): str(a["node"]) for lv, e in d["levels"].items() for a in e["actors"]}
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return {(float(lv), int(a["actor"])): str(a["node"]) for lv, e in (d or {"levels": {}})["levels"].items()
+                for a in e["actors"]}
+    except (KeyError, TypeError, ValueError, AttributeError):
         return {}
