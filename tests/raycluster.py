@@ -29,6 +29,11 @@ def local_cluster(temp: Path, nodes: int = 3, env: dict[int, dict[str, str]] | N
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ[KEY_ENV] = KEY
+    # Ray records the head's address in <its default temp folder>/ray_current_cluster whatever temp_dir
+    # the head was given, and fails where that folder does not exist (a machine that never ran Ray:
+    # FileNotFoundError '/tmp/ray/ray_current_cluster'): its default is made this cluster's own.
+    os.environ["RAY_TMPDIR"] = str(temp)
+    (temp / "ray").mkdir(parents=True, exist_ok=True)
     import ray
     from ray.cluster_utils import Cluster
 
