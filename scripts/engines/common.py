@@ -11,6 +11,8 @@ Stable API (the llama.cpp helpers import it):
 - :func:`llama_cpp_source` — the llama.cpp source tree bundled in the ``llama-cpp-python``
   sdist, downloaded and extracted once under ``cache_dir()/src/`` behind a file lock.
 - :func:`file_lock` — an exclusive ``fcntl`` lock on a file, as a context manager.
+- :func:`idle_policy_for` — put the processes of a server's tree with a given name on the
+  ``SCHED_IDLE`` policy (a process that spin-waits and would starve the others of its core).
 
 Nothing here imports loadgate, torch or vLLM: it runs under any Python >= 3.11.
 """
@@ -226,6 +228,47 @@ class Server:
 
     def __repr__(self) -> str:
         return f"Server(url={self.url!r}, pid={self.pid}, log={str(self.log_path)!r})"
+
+
+def _children(pid: int) -> list[int]:
+    """The PIDs whose parent is ``pid`` (from ``/proc/<pid>/task/*/children``)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError, ValueError):
+            out += [int(x) for x in (task / "children").read_text().split()]
+    return out
+
+
+def idle_policy_for(root_pid: int, name_prefix: str) -> list[int]:
+    """Every thread of the processes under ``root_pid`` (itself included) whose name (``comm``)
+    starts with ``name_prefix`` is put on ``SCHED_IDLE``: it runs only when nothing else on its core
+    wants to. Returns those processes' PIDs (none where the OS has no such policy).
+
+    For an engine process that spin-waits with ``sched_yield`` (vLLM's CPU engine core polls its
+    worker's shared-memory queue that way for a second after every reply): on a 2-core virtual
+    machine it kept the API server and the client off the core it shared with them for hundreds of
+    milliseconds at a time, so replies that vLLM had generated token by token reached the client in
+    one piece at the end (client TTFT p50 566 ms against the server's own 7.6 ms, loop lag p99 2.6 s,
+    244 output tok/s at 2 in flight). Idle, it yields for real: TTFT p50 9.2 ms, loop lag p99 2.1 ms,
+    470 tok/s. A thread it starts later inherits the policy."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return []
+    found: list[int] = []
+    todo = [root_pid]
+    while todo:
+        pid = todo.pop()
+        todo += _children(pid)
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if not comm.startswith(name_prefix):
+            continue
+        found.append(pid)
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            with contextlib.suppress(OSError, ValueError):
+                os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
+    return found
 
 
 def serve_until_interrupted(srv: Server) -> None:

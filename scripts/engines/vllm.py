@@ -10,7 +10,9 @@ float32, and no speculation in bfloat16 (the planted divergence). Every server i
         [--speculative-config JSON] [--per-request-spec-decode-metrics summary]
 
 with ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB), ``VLLM_SERVER_DEV_MODE=1`` and the hub switched off, waits for ``/health`` and is
-stopped by PID (SIGTERM to its process group, then SIGKILL): see ``common.Server``.
+stopped by PID (SIGTERM to its process group, then SIGKILL): see ``common.Server``. Once healthy, its
+engine core process (``VLLM::EngineCore``, which spin-waits on its worker with ``sched_yield``) is put
+on ``SCHED_IDLE`` so that it cannot starve the API server and the client (``common.idle_policy_for``).
 (``vllm serve`` does not work with the ``vllm-cpu`` distribution: it asks for ``vllm``'s version.)
 
 :func:`declared_for` gives the loadgate ``target.declared`` fields that describe a variant
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Server, cache_dir, free_port, serve_until_interrupted  # noqa: E402
+from common import Server, cache_dir, free_port, idle_policy_for, serve_until_interrupted  # noqa: E402
 
 SERVED_NAME = "tiny"
 MAX_MODEL_LEN = 2048
@@ -44,6 +46,7 @@ SPEC_FLAG = "--per-request-spec-decode-metrics"
 # max_tokens with; VLLM_ENFORCE_STRICT_TOOL_CALLING=0 keeps that path (the structural-tag path
 # ignores disable_any_whitespace).
 TOOL_CALL_PARSER = "hermes"
+ENGINE_CORE_NAME = "VLLM::EngineCor"  # the engine core process's name (comm: 15 characters)
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,10 @@ def start(v: Variant | str, models: dict[str, str], **kw: Any) -> Server:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
     else:
         (cache_dir() / "logs").mkdir(parents=True, exist_ok=True)
-    return make_server(v, models, **kw).start()
+    server = make_server(v, models, **kw).start()
+    assert server.pid is not None
+    server.info["idle_pids"] = idle_policy_for(server.pid, ENGINE_CORE_NAME)
+    return server
 
 
 def models_from_make_models() -> dict[str, str]:

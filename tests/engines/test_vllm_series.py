@@ -2,25 +2,26 @@
 (`vllm:time_to_first_token_seconds`, interpolated in its bucket) ≤ loadgate's TTFT p50 ≤ the
 bucket's upper edge + 20 ms.
 
-A timing test (`-m timing`, CI's last step, with the machine to itself): the upper bound is a
-measured time. vLLM observes TTFT in its engine process; its API server, another process, streams
-the token to the client. On this 2-core machine beside other work the tokens waited there ~110 ms
-a request (client TTFT p50 110-160 ms beside the engine's 12-17 ms, the first chunk ~10 ms before
-the last; the same with scrapes 30 s apart: not the scraper's doing), where an earlier run read
-19-20 ms beside 16 ms, within the bound. Seen again by the lead (2026-12-04, 3 helpers' work beside
-it): client TTFT p50 160 ms against the engine's 16.5 ms; with vLLM's OpenMP threads bound to CPU 0
-(VLLM_CPU_OMP_THREADS_BIND=0, the other core left to its API server and the client) 137 ms against
-16.25 ms: not the engine's threads crowding the API server out, cause not established. So CI leaves
-it out (it is marked `engine` as well, and CI's timing step runs `-m "timing and not engine"`); it
-is the reproducer of issue 31's unmet line, run by hand.
-The size, the counts and the scraper's CPU are the engine test's (test_vllm.py, which holds on any
-machine). Run with `LOADGATE_CACHE=... python -m pytest -q -m timing tests/engines/test_vllm_series.py`."""
+A timing test (`-m timing`; CI runs it in its timing step, when nothing else runs on the machine):
+the upper bound is a measured time. The lower one is compared like with like: the client's TTFTs are
+counted in the server's buckets and interpolated as the server's are, since an interpolated
+percentile is known only to its bucket (seen twice here: the server's p50 read 12.96 and 14.72 ms in
+[10, 20] ms while the client's own p50 was 12.06 and 12.49 ms, though at every bucket edge the server
+counted as many requests as the client or more; counted in the same buckets, the client's p50 read
+15.13 ms beside the server's 14.72). The raw comparison is kept in the facts file.
+
+Why it failed for weeks on this 2-core machine (client TTFT p50 110-160 ms against the engine's
+12-17 ms, most replies arriving whole at their end): vLLM's engine core spin-waits on its worker with
+`sched_yield`, and on this machine's kernel that kept the API server and the client off their core
+for hundreds of milliseconds (loop lag p99 2.6 s); `scripts/engines/vllm.py` now puts the engine core
+on SCHED_IDLE (`common.idle_policy_for`), and the client's TTFT p50 reads 9-13 ms.
+Run with `LOADGATE_CACHE=... python -m pytest -q -m "engine and timing" tests/engines/test_vllm_series.py`."""
 
 from __future__ import annotations
 
 import pytest
 
-from .test_vllm import OneServer, note, series_run
+from .test_vllm import OneServer, note, series_run, ttft_p50_through_the_servers_buckets
 
 pytestmark = [pytest.mark.engine, pytest.mark.timing]
 
@@ -32,6 +33,10 @@ def test_vllm_server_ttft_p50_lies_below_the_clients_and_within_its_bucket_plus_
     finally:
         one.close()
     p50, client = got["server"]["p50"], got["client"]["p50"]
-    note(engine_logs, test="metrics_series_timing", server_ttft_p50=p50, client_ttft_p50=client)
+    server_p50, client_in_buckets = ttft_p50_through_the_servers_buckets(got["ttft_buckets"])
+    note(engine_logs, test="metrics_series_timing", server_ttft_p50=p50, client_ttft_p50=client,
+         client_ttft_p50_in_server_buckets=client_in_buckets, ttft_buckets=got["ttft_buckets"])
     assert got["code"] == 11, got["verdict"]
-    assert p50["ms"] <= client <= p50["hi_ms"] + 20, (p50, client)
+    assert server_p50 == pytest.approx(p50["ms"])  # the summary's figure is the interpolated one
+    assert server_p50 <= client_in_buckets, (p50, client_in_buckets, got["ttft_buckets"])
+    assert p50["lo_ms"] <= client <= p50["hi_ms"] + 20, (p50, client)
