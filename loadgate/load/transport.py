@@ -123,10 +123,15 @@ class Limits:
     memory_budget_bytes: int = 512 * 1024 * 1024
 
 
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+
 def _chunk_size(line: bytes) -> int:
-    """A chunk-size line's size (extensions after ';' ignored); Refused when it is not hex."""
+    """A chunk-size line's size (extensions after ';' ignored); Refused when it is not hex (what is
+    left once the hex digits are stripped from both ends: any byte but a digit stops the strip, so
+    `int`'s own leniencies, a sign, `0x`, `_`, are refused too)."""
     token = line.split(b";", 1)[0].strip()
-    if not token or len(token) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in token):
+    if not token or len(token) > 16 or token.strip(_HEX_DIGITS):
         raise Refused("bad_response", f"chunk size line is not hexadecimal: {line[:40]!r}")
     return int(token, 16)
 
@@ -492,10 +497,13 @@ class SocketConn(_Framing):
                 turn.first_stamp = t
             self.read_total += len(data)
             one = False
+            # one event at most and not the end: neither whether it came in one segment nor its turn's
+            # floor changes any bound (`target.early_bounds`), so the kernel is not asked about either
+            few = len(data) < READ_SIZE and data.count(b"data:") < 2 and b"0\r\n\r\n" not in data
+            if turn.open and not few:
+                turns.settle(turn)
             if self.tcp_info:
-                if len(data) < READ_SIZE and data.count(b"data:") < 2 and b"0\r\n\r\n" not in data:
-                    # one event at most and not the end: whether it came in one segment changes no
-                    # bound (`target.early_bounds`), so the kernel is not asked; counted instead
+                if few:  # counted instead
                     if self.segs_skipped is not None:
                         self.segs_skipped += 1
                 else:
@@ -516,6 +524,8 @@ class SocketConn(_Framing):
                         else:
                             self.segs_skipped = None  # data left behind: unknown until the next count
             self._on_data(t, data, (begin, turn, one))
+            if turn.open and self.done is not None and self.done.done():
+                turns.settle(turn)  # the response ended in this read (framing the test above cannot see)
             if len(data) < READ_SIZE:  # drained; the reader is level-triggered, more data calls again
                 return
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loadgate.load.transport import Pool, ProtocolConn, SocketConn, parse_response
+from loadgate.load.transport import Pool, ProtocolConn, Refused, SocketConn, parse_response
 
 
 def chunked(pieces: list[bytes]) -> bytes:
@@ -46,6 +46,22 @@ def test_chunked_payload_survives_any_split_and_the_end_is_found_exactly_once(pi
 
     states = asyncio.run(feed())
     assert states[-1] and not any(states[:-1])
+
+
+@pytest.mark.parametrize("size", [b"0x5", b"5_0", b"+5", b"-5", b"5 0", b"5g", b"g5", b"", b"1" * 17])
+def test_a_chunk_size_line_that_is_not_plain_hex_is_a_bad_response(size):
+    """What Python's int(x, 16) would take beyond hex digits (a sign, 0x, an underscore) is refused."""
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with pytest.raises(Refused) as e:
+        parse_response([(0, head + size + b"\r\nhello\r\n0\r\n\r\n")])
+    assert e.value.kind == "bad_response"
+
+
+@pytest.mark.parametrize("size", [b"5", b"05", b"5;ext=1", b" 5 "])
+def test_a_chunk_size_in_hex_with_extensions_or_blanks_is_read(size):
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    r = parse_response([(0, head + size + b"\r\nhello\r\n0\r\n\r\n")])
+    assert r.complete and b"".join(b for _, b in r.body) == b"hello"
 
 
 def test_payload_pieces_keep_the_stamp_of_the_read_that_carried_them():
