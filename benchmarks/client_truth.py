@@ -308,7 +308,7 @@ def capacity(a: argparse.Namespace, sc: list[int], cc: list[int], shape: tuple[s
     """The highest events/s each worker count (and each count of Ray actors, with --ray) holds with the
     client-added delay p99 <= 1 ms and a valid verdict, stepping the streams by x1.25; interleaved by
     count (workers, then actors); one run a probe, and up to --retries more where it fails."""
-    modes = [None] + ([a.ray] if a.ray else [])
+    modes = ([] if a.ray and a.ray_only else [None]) + ([a.ray] if a.ray else [])
     found: dict[str, dict[int, dict[str, Any] | None]] = {"workers": {}, "ray": {}}
     probes: list[dict[str, Any]] = []
 
@@ -370,6 +370,7 @@ def main() -> None:
                     help="per worker count: streams from --start-streams per worker, x1.25 each step, until the "
                          "client-added delay p99 passes 1 ms or the verdict is not valid; the last that held both")
     ap.add_argument("--start-streams", type=int, default=64, help="--capacity: streams per worker to start from")
+    ap.add_argument("--ray-only", action="store_true", help="--capacity --ray: the Ray actors alone, no local workers")
     ap.add_argument("--retries", type=int, default=0,
                     help="--capacity: a probe that fails is run again up to this many times before the count's "
                          "search ends (every try is shown and kept)")

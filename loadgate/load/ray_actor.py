@@ -47,6 +47,24 @@ from loadgate.secrets import registered
 COUNTER_S = 60.0  # a draw from the shared counter not answered within this: the phase is cut short, and said
 
 
+ACTOR_NICE = 10  # the actor's own threads, below its workers (the measuring processes) on a shared core
+
+
+def yield_to_workers() -> None:
+    """Every thread of this process (the actor's and Ray's own: its RPC and heartbeat threads; those it
+    starts later inherit it) at nice `ACTOR_NICE`, once the workers are started (they keep theirs): a
+    worker woken by a socket then gets its core from them at once instead of waiting out their slice,
+    so the actor's coordination does not hold up its stamps. Raising a nice value needs no privilege;
+    where it fails nothing changes."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for tid in tasks:
+        with contextlib.suppress(OSError, ValueError):
+            os.setpriority(os.PRIO_PROCESS, int(tid), ACTOR_NICE)
+
+
 class IndexCounter:
     """The run's shared counter of a closed loop's plan indices (a Ray actor): `take(m)` hands out the
     next `m` (fewer at the end of the phase's range)."""
@@ -87,6 +105,7 @@ class LoadActor:
             return
         self.group = WorkerGroup(here, profile, pool, workers, self.dir, self.stop_flag,
                                  round_, dataset, place=(a * workers, actors * workers), fed=True)
+        yield_to_workers()
         self.tails: dict[str, ByteTail] = {}
         self.health: list[dict[str, Any]] | None = None
         self.error: str | None = None

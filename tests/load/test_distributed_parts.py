@@ -224,3 +224,32 @@ def test_a_searchs_distributed_checks_judge_only_the_probes_its_answer_rests_on(
     lost = {"actor": 0, "node": "n0", "ip": "10.0.0.0", "why": "killed"}
     dump_json(tmp_path / "distributed.json", {"levels": {"4": {**loose, "lost": [lost]}, "8": _dist([])["levels"]["4"]}})
     assert any("part of the plan was not sent: level 4" in m for m in distributed_invalid(tmp_path, meta, ["8"]))
+
+
+def test_an_actor_yields_its_cores_to_its_workers_its_own_threads_and_later_ones_at_a_higher_nice():
+    """`ray_actor.yield_to_workers`: every thread of the actor's process, and a thread it starts later,
+    runs at nice ACTOR_NICE; a process started before (its worker) keeps nice 0."""
+    code = """
+import os, subprocess, sys, threading, time
+from loadgate.load.ray_actor import ACTOR_NICE, yield_to_workers
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+before = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+before.start()
+yield_to_workers()
+after = threading.Thread(target=time.sleep, args=(30,), daemon=True)
+after.start()
+def nice(pid, tid):
+    return int(open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()[16])
+mine = {int(t): nice(os.getpid(), t) for t in os.listdir("/proc/self/task")}
+import json
+print(json.dumps({"want": ACTOR_NICE, "threads": list(mine.values()), "worker": nice(worker.pid, worker.pid)}))
+worker.kill()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    import json
+
+    got = json.loads(out.stdout)
+    assert got["want"] == 10 and len(got["threads"]) >= 3 and set(got["threads"]) == {10}, got
+    assert got["worker"] == 0, got
