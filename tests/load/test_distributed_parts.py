@@ -253,3 +253,44 @@ worker.kill()
     got = json.loads(out.stdout)
     assert got["want"] == 10 and len(got["threads"]) >= 3 and set(got["threads"]) == {10}, got
     assert got["worker"] == 0, got
+
+
+def test_an_actor_draws_plan_indices_a_quarter_of_its_slots_at_a_time_and_each_once(monkeypatch):
+    """`LoadActor._relay` against a stand-in counter: every index of the plan reaches the workers once,
+    in order, with an index waiting for each slot from the start, and the counter is called once a
+    batch (a quarter of the slots) however slowly the slots free up, not once a request (40 slots,
+    400 requests a millisecond apart: at most 38 calls, where one a request would make ~360)."""
+    import queue
+    import threading
+    import types
+
+    from loadgate.load import ray_actor
+
+    calls: list[int] = []
+    state = {"next": 0, "end": 400}
+
+    def take(m: int) -> list[int]:
+        calls.append(m)
+        got = list(range(state["next"], min(state["end"], state["next"] + m)))
+        state["next"] += len(got)
+        return got
+
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(get=lambda x, timeout=None: x))
+    actor = object.__new__(ray_actor.LoadActor)
+    actor.counter = types.SimpleNamespace(take=types.SimpleNamespace(remote=take))
+    actor.group = types.SimpleNamespace(feed=queue.Queue(), taken=threading.Semaphore(0), stop=lambda: None)
+    actor.workers, actor.relay_stop, actor.relay_error = 1, threading.Event(), None
+    depth, sent = 40, []
+
+    def worker() -> None:  # a slot frees every millisecond and takes the next waiting index
+        while (k := actor.group.feed.get(timeout=10)) is not None:
+            sent.append(k)
+            actor.group.taken.release()
+            time.sleep(0.001)
+
+    w = threading.Thread(target=worker)
+    w.start()
+    actor._relay(depth)
+    w.join(10)
+    assert sent == list(range(400))
+    assert calls[0] == depth and all(m >= depth // 4 for m in calls[1:]) and len(calls) <= 38, calls
