@@ -181,6 +181,8 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
             wall = time.perf_counter() - t0
         sent, written = truth(tmp_p / "truth")
         d = tmp_p / "out" / "r"
+        if not (d / "summary.json").exists():
+            raise SystemExit(f"loadgate exited {proc.returncode} without a summary; its stderr: {err[-3000:]}")
         meta = load_json(d / "meta.json")
         summary = load_json(d / "summary.json")
         verdict = load_json(d / "verdict.json")

@@ -15,8 +15,9 @@ for ((k = 0; k < rounds; k++)); do
     t=${trees[$(( (j + k) % n ))]}
     name=${t%%=*} dir=${t#*=}
     echo "== $name $((k + 1))" >> "$out"
+    # a run that fails is written down (with loadgate's stderr) and the rounds go on
     (cd "$dir" && python3 benchmarks/client_truth.py --streams 256 --reps 1 --server-cpus 0 --client-cpus 1 2>&1 \
-      | grep -v '^machine:' >> "$out")
+      | grep -v '^machine:' >> "$out") || echo "   (that run failed: above)" >> "$out"
   done
 done
 echo "done" >> "$out"
