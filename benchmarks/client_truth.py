@@ -324,12 +324,19 @@ def capacity(a: argparse.Namespace, sc: list[int], cc: list[int], shape: tuple[s
             n, best = a.start_streams * w, None
             while n <= a.max_streams:
                 for _ in range(1 + a.retries):  # a failing probe is tried again (each try shown and kept)
-                    r = one(n, w, a.per_stream, a.sources, sc, cc, shape=shape, ray=ray)
-                    r["reps"] = 1
+                    try:
+                        r = one(n, w, a.per_stream, a.sources, sc, cc, shape=shape, ray=ray)
+                    except SystemExit as e:  # loadgate wrote no summary: a failed try, said as such
+                        print(f"{n:>4} streams  {w} worker(s)  {e}", flush=True)
+                        probes.append({"streams": n, "workers": w, "ray": ray, "failed": str(e)})
+                        save()
+                        ok = False
+                        continue
+                    r["reps"], r["violations_each"] = 1, [r["violations"]]
                     show(r)
                     probes.append({k: r[k] for k in ("streams", "workers", "ray", "rate", "p50", "p99", "max", "code",
                                                      "outcome", "message", "stated_bound", "invalid", "actors",
-                                                     "wall")})
+                                                     "violations", "stderr", "wall")})
                     save()
                     ok = r["p99"] <= 1.0 and r["code"] in (0, 11)
                     if ok:
@@ -392,6 +399,8 @@ def main() -> None:
           f"event source(s) {a.sources} on CPUs {sc}, loadgate on CPUs {cc}; a write every {step:g} ms per stream "
           f"carrying {per_write} event(s) of {per_chunk} token(s), 60 tokens per request, "
           f"{a.per_stream} requests per stream")
+    if a.ray_only and not a.ray:
+        ap.error("--ray-only needs --ray ADDRESS")
     if a.profile:
         for n in a.streams:
             r = one(n, a.workers[0], a.per_stream, a.sources, sc, cc, prof=True, shape=shape)

@@ -53,17 +53,23 @@ ACTOR_NICE = 10  # the actor's own threads, below its workers (the measuring pro
 
 def yield_to_workers() -> None:
     """Every thread of this process (the actor's and Ray's own: its RPC and heartbeat threads; those it
-    starts later inherit it) at nice `ACTOR_NICE`, once the workers are started (they keep theirs): a
-    worker woken by a socket then gets its core from them at once instead of waiting out their slice,
-    so the actor's coordination does not hold up its stamps. Raising a nice value needs no privilege;
-    where it fails nothing changes."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return
-    for tid in tasks:
-        with contextlib.suppress(OSError, ValueError):
-            os.setpriority(os.PRIO_PROCESS, int(tid), ACTOR_NICE)
+    starts later inherit it) at nice `ACTOR_NICE` or above, once the workers are started (they keep
+    theirs): a worker woken by a socket then gets its core from them at once instead of waiting out
+    their slice, so the actor's coordination does not hold up its stamps. Only ever raised (a thread
+    already nicer stays so; raising needs no privilege); where it fails nothing changes. Threads that
+    appear meanwhile (one not yet reniced may start another) are taken in a second pass."""
+    done: set[int] = set()
+    for _ in range(5):
+        try:
+            tids = {int(t) for t in os.listdir("/proc/self/task")} - done
+        except (OSError, ValueError):
+            return
+        if not tids:
+            return
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, tid, max(ACTOR_NICE, os.getpriority(os.PRIO_PROCESS, tid)))
+        done |= tids
 
 
 class IndexCounter:
@@ -146,14 +152,16 @@ class LoadActor:
         return True
 
     def _relay(self, depth: int) -> None:
-        """Keep a drawn index waiting for each slot: `depth` at first (every slot starts), then, once the
-        workers have taken a batch (a quarter of the slots, at least one), as many more in one call of
-        the counter. So between depth - batch and depth indices wait at any time, no slot waits for
-        the counter while one does, and the counter is called once a batch instead of once a request
-        (at 234 slots an actor made ~585 calls a second, each a Ray RPC on the cores its worker
-        measures on). The workers' end marks follow once the counter has no more (or the phase ended).
-        An index drawn and not sent when the phase ends early is not sent (as on one host, where the
-        counter passed it)."""
+        """Keep a drawn index waiting for each slot: `depth` at first (every slot starts at once and
+        takes one), as many again, then, each time the workers have taken a batch (a quarter of the
+        slots, at least one), as many more in one call of the counter. The indices waiting plus those
+        taken and not yet drawn again are always `depth`, so a slot that frees finds one waiting unless
+        a whole batch was taken while the last draw was on its way; and the counter is called once a
+        batch instead of once a request (at 234 slots an actor made ~585 calls a second, each a Ray RPC
+        on the cores its worker measures on; an actor of fewer than 8 slots still draws one at a
+        time). The workers' end marks follow once the counter has no more, the phase ended, or the
+        counter failed. An index drawn and not sent when the phase ends early is not sent (as on one
+        host, where the counter passed it)."""
         import ray
 
         feed, taken = self.group.feed, self.group.taken

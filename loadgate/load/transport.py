@@ -497,13 +497,10 @@ class SocketConn(_Framing):
                 turn.first_stamp = t
             self.read_total += len(data)
             one = False
-            # one event at most and not the end: neither whether it came in one segment nor its turn's
-            # floor changes any bound (`target.early_bounds`), so the kernel is not asked about either
-            few = len(data) < READ_SIZE and data.count(b"data:") < 2 and b"0\r\n\r\n" not in data
-            if turn.open and not few:
-                turns.settle(turn)
             if self.tcp_info:
-                if few:  # counted instead
+                if len(data) < READ_SIZE and data.count(b"data:") < 2 and b"0\r\n\r\n" not in data:
+                    # one event at most and not the end: whether it came in one segment changes no
+                    # bound (`target.early_bounds`), so the kernel is not asked; counted instead
                     if self.segs_skipped is not None:
                         self.segs_skipped += 1
                 else:
@@ -524,8 +521,6 @@ class SocketConn(_Framing):
                         else:
                             self.segs_skipped = None  # data left behind: unknown until the next count
             self._on_data(t, data, (begin, turn, one))
-            if turn.open and self.done is not None and self.done.done():
-                turns.settle(turn)  # the response ended in this read (framing the test above cannot see)
             if len(data) < READ_SIZE:  # drained; the reader is level-triggered, more data calls again
                 return
 

@@ -38,14 +38,7 @@ Two kinds of turn, two floors:
   halted virtual CPU, which no clock of the guest shows either.
 A server that writes several events at once (llama-server sends a verify step's accepted tokens as
 one event each) then gets a bound of tens of microseconds in a quiet turn, instead of the whole gap
-since the stream's previous read.
-Only reads of several events or a response's end use their turn's floor, so whether a turn was quiet
-is asked (three system calls: the switch count, the CPU clock, the run-queue file) only when one of
-its reads needs it (`LoopTurns.settle`), and at least every `SETTLE_AT_LEAST_NS`; a turn never asked
-keeps the busy floor. Asked later than the wake, the CPU and run-queue figures include what came after
-it, which moves the estimate earlier, never later. (At 256 streams of one-event writes one read in
-twenty needs a floor; timed on the 2-core machine, the three calls take 0.5-0.9, 0.7 and 1.3 µs, where
-a quiet host gives each read a turn of its own and the client spends 20-30 µs a chunk in all.) Not covered: sleeps outside the poll that nobody reported with
+since the stream's previous read. Not covered: sleeps outside the poll that nobody reported with
 `after_blocking`; a wake the host held up where the turn's reads are of several segments (their
 stamps are their last segments', so the held-up first one does not show): no guest clock times
 that, so where the host took a share of the CPU during the phase (`records.STEAL_TRUSTED`) such
@@ -72,7 +65,6 @@ from time import perf_counter_ns, thread_time_ns
 QUIET_MIN_NS = 20_000  # a turn this soon after the last marker did not wake from a sleep worth telling apart
 WAKE_SLACK_NS = 150_000  # off a quiet turn's floor: the clocks' offset, and a virtual CPU's wake (50-150 µs on the 2-core VM)
 HOST_TOLERANCE_NS = 200_000  # a quiet turn whose first read waited longer than its wake explains by this: distrusted
-SETTLE_AT_LEAST_NS = 50_000_000  # an open turn is settled at once when none was for this long (the run-queue reference)
 NEVER_STAMPED = 1 << 62
 
 
@@ -123,7 +115,7 @@ class Turn:
     """One loop turn, shared by every read it ran (see the module docstring). `floor()` is final
     once the turn is over, which it is before any task sees a response that ended in it."""
 
-    __slots__ = ("wake", "quiet", "base", "estimate", "first_stamp", "after", "open", "_floor")
+    __slots__ = ("wake", "quiet", "base", "estimate", "first_stamp", "after", "_floor")
 
     def __init__(self, wake: int, quiet: bool, base: int, estimate: int = 0, after: Turn | None = None) -> None:
         self.wake = wake  # when its first read began
@@ -132,7 +124,6 @@ class Turn:
         self.estimate = estimate  # quiet: the wake less the CPU and run-queue time since the marker, less slack
         self.first_stamp = NEVER_STAMPED  # the earliest kernel stamp among its reads
         self.after = after  # busy: the last quiet turn before it (its floor holds here too)
-        self.open = False  # it may have woken from an idle poll, not asked yet (`LoopTurns.settle`)
         self._floor: int | None = None
 
     def unexplained(self) -> int:
@@ -161,7 +152,7 @@ class LoopTurns:
     from task code."""
 
     __slots__ = ("current", "pending", "loop", "exact", "marker", "ended", "ended_before", "marker_cpu",
-                 "marker_rd", "marker_sleeps", "run_delay", "last_quiet", "settled_ns")
+                 "marker_rd", "marker_sleeps", "run_delay", "last_quiet")
 
     def __init__(self) -> None:
         self.current: Turn | None = None
@@ -171,13 +162,9 @@ class LoopTurns:
         self.marker = self.ended = self.ended_before = self.marker_cpu = self.marker_rd = self.marker_sleeps = 0
         self.run_delay: Callable[[], int] | None = None
         self.last_quiet: Turn | None = None
-        self.settled_ns = 0  # the wake of the last turn whose quietness was asked
 
     def enter(self, begin_ns: int, loop: asyncio.AbstractEventLoop) -> Turn:
-        """The turn of a read that begins at `begin_ns` (a new one unless this turn's marker is still to
-        run). A turn that may have woken from an idle poll is left `open`: whether it did is asked
-        (`settle`) only once one of its reads needs its floor, which most reads never do; until then
-        it keeps the busy floor, which holds either way."""
+        """The turn of a read that begins at `begin_ns` (a new one unless this turn's marker is still to run)."""
         if self.pending and loop is self.loop and self.current is not None:
             return self.current
         if loop is not self.loop:  # a new loop (another run in this process): its own turns
@@ -185,39 +172,28 @@ class LoopTurns:
             self.exact = type(loop).__module__.startswith("uvloop")
             self.run_delay = _run_delay_reader() if self.exact else None
             self.marker_rd = self.run_delay() if self.run_delay is not None else 0
-            self.settled_ns = 0
-        turn = Turn(begin_ns, False, self.ended_before if self.exact else 0, after=self.last_quiet)
+        rd = self.run_delay
+        turn: Turn
+        quiet, busy = False, 0
+        if rd is not None and self.marker and begin_ns - self.ended > QUIET_MIN_NS:
+            # It slept since the marker, in the poll: it left the CPU of its own accord (a voluntary
+            # switch; a preemption is none, and then the poll may not have slept at all: the marker
+            # is no floor), with no other thread that could have held the interpreter lock.
+            if getrusage(RUSAGE_THREAD).ru_nvcsw > self.marker_sleeps and no_other_threads():
+                # The run-queue wait is counted from the last quiet turn's wake, not the marker (one
+                # read of the file per quiet turn instead of two): the wait in between is added to
+                # this turn's, which only moves its estimate earlier.
+                waited = rd()
+                busy = (thread_time_ns() - self.marker_cpu) + (waited - self.marker_rd)
+                self.marker_rd = waited
+                quiet = True
+        if quiet:
+            turn = self.last_quiet = Turn(begin_ns, True, self.marker, begin_ns - busy - WAKE_SLACK_NS)
+        else:
+            turn = Turn(begin_ns, False, self.ended_before if self.exact else 0, after=self.last_quiet)
         self.current, self.pending = turn, True
         loop.call_soon(self._turn_over)
-        if self.run_delay is not None and self.marker and begin_ns - self.ended > QUIET_MIN_NS:
-            turn.open = True
-            if begin_ns - self.settled_ns > SETTLE_AT_LEAST_NS:
-                self.settle(turn)  # the run-queue count's reference kept recent (see `settle`)
         return turn
-
-    def settle(self, turn: Turn) -> None:
-        """Whether the open turn `turn` (the current one: its marker has not run) woke from an idle
-        poll, and if so its estimate: called from a read of it that needs the floor (several events, a
-        response's end, a full read: `transport.SocketConn`), or at its first read when none was
-        asked for over `SETTLE_AT_LEAST_NS`. Asked later than its wake, the figures only grow (CPU and
-        run-queue time since the wake are added to its `busy`), so the estimate only moves earlier."""
-        turn.open = False
-        self.settled_ns = turn.wake
-        # It slept since the marker, in the poll: it left the CPU of its own accord (a voluntary
-        # switch; a preemption is none, and then the poll may not have slept at all: the marker
-        # is no floor), with no other thread that could have held the interpreter lock.
-        if getrusage(RUSAGE_THREAD).ru_nvcsw > self.marker_sleeps and no_other_threads():
-            # The run-queue wait is counted from the last quiet turn settled (one read of the file per
-            # quiet turn, none for a turn left open): the wait in between is added to this turn's,
-            # which only moves its estimate earlier.
-            rd = self.run_delay
-            assert rd is not None
-            waited = rd()
-            busy = (thread_time_ns() - self.marker_cpu) + (waited - self.marker_rd)
-            self.marker_rd = waited
-            turn.quiet, turn.base, turn.after = True, self.marker, None
-            turn.estimate = turn.wake - busy - WAKE_SLACK_NS
-            self.last_quiet = turn
 
     def touch(self) -> None:
         """Called from task code (never from a transport's callback): the loop's next poll has not

@@ -207,6 +207,9 @@ def start(v: Variant | str, models: dict[str, str], **kw: Any) -> Server:
     server = make_server(v, models, **kw).start()
     assert server.pid is not None
     server.info["idle_pids"] = idle_policy_for(server.pid, ENGINE_CORE_NAME)
+    if not server.info["idle_pids"]:  # (another vLLM names it otherwise: its spin-wait then starves the client)
+        print(f"vllm.py: no {ENGINE_CORE_NAME!r} process under {server.pid} to put on SCHED_IDLE; on a few "
+              "cores its spin-wait can hold the API server and the client off theirs", file=sys.stderr)
     return server
 
 

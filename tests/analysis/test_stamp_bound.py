@@ -244,9 +244,7 @@ def test_a_preemption_without_a_sleep_is_no_quiet_turn(monkeypatch):
             counts["waited"] += 1000  # off the CPU since: preempted (a run-queue wait), or asleep in the poll
             counts["nvcsw"] += voluntary
             turn = lt.enter(lt.ended + 5 * MS, loop)
-            if turn.open:  # asked only once a read needs its floor (or at once after a long while)
-                lt.settle(turn)
-            assert turn.quiet is quiet and not turn.open
+            assert turn.quiet is quiet
             lt.pending = False
     finally:
         loop.close()
@@ -275,7 +273,6 @@ def test_a_quiet_turn_counts_the_run_queue_wait_since_the_last_quiet_wake(monkey
         lt.marker_rd = 0
         c["nvcsw"] += 1
         first = lt.enter(lt.ended + 5 * MS, loop)  # quiet: the reference is read here
-        lt.settle(first)
         assert first.quiet
         c["waited"] += 2 * MS  # preempted while the turn ran, before its marker
         lt.pending = False
@@ -284,58 +281,7 @@ def test_a_quiet_turn_counts_the_run_queue_wait_since_the_last_quiet_wake(monkey
         c["cpu"] += 30_000  # the poll's own CPU after the marker
         begin = lt.ended + 5 * MS
         second = lt.enter(begin, loop)
-        lt.settle(second)
         assert second.quiet
         assert second.estimate == begin - 30_000 - 2 * MS - turns.WAKE_SLACK_NS
-    finally:
-        loop.close()
-
-
-def test_a_turn_is_asked_whether_it_slept_only_when_a_read_needs_its_floor(monkeypatch):
-    """Reads of one event and not the end never use their turn's floor: such a turn is not asked
-    (no system call) and keeps the busy floor, which holds whether or not it slept; asked later, at a
-    read that needs it, the CPU and run-queue time since the wake count too (the estimate only moves
-    earlier); a turn not asked for longer than SETTLE_AT_LEAST_NS is asked at its first read."""
-    import types
-
-    import uvloop
-
-    from loadgate.load import turns
-
-    loop = uvloop.new_event_loop()
-    try:
-        lt = turns.LoopTurns()
-        c = {"waited": 0, "nvcsw": 5, "cpu": 0, "asked": 0}
-
-        def usage(_who: int) -> types.SimpleNamespace:
-            c["asked"] += 1
-            return types.SimpleNamespace(ru_nvcsw=c["nvcsw"])
-
-        lt.enter(1_000_000, loop)
-        lt.run_delay = lambda: c["waited"]
-        monkeypatch.setattr(turns, "getrusage", usage)
-        monkeypatch.setattr(turns, "no_other_threads", lambda: True)
-        monkeypatch.setattr(turns, "thread_time_ns", lambda: c["cpu"])
-        lt.pending = False
-        lt._turn_over()
-        lt.settled_ns, lt.marker_rd = lt.ended, 0  # a turn was asked just now
-        c["asked"] = 0
-        c["nvcsw"] += 1  # it slept in the poll
-        begin = lt.ended + 5 * MS
-        turn = lt.enter(begin, loop)
-        assert turn.open and not turn.quiet and c["asked"] == 0
-        assert turn.floor() == turn.base  # the busy floor until asked (kept: asked only once it is over)
-        turn._floor = None
-        c["cpu"] += 40_000  # the turn's reads so far, then one needs the floor
-        lt.settle(turn)
-        assert turn.quiet and not turn.open and c["asked"] == 1
-        assert turn.estimate == begin - 40_000 - turns.WAKE_SLACK_NS
-        assert turn.floor() <= turn.estimate
-        lt.pending = False
-        lt._turn_over()
-        c["nvcsw"] += 1
-        c["asked"] = 0
-        late = lt.enter(lt.ended + 2 * turns.SETTLE_AT_LEAST_NS, loop)  # none asked for too long
-        assert not late.open and late.quiet and c["asked"] == 1
     finally:
         loop.close()

@@ -805,8 +805,8 @@ def series_run(srv: Any, work: Path) -> dict[str, Any]:
     first.scrape(scrapes[0][0], "server", scrapes[0][1])
     span_h = (scrapes[-1][0] - scrapes[0][0]) / 3.6e12
     level = got["summary"]["levels"]["1"]
-    edges = load_json(run / "server.json")["1"]
-    server = bucket_deltas(snapshot_from_json(edges["before"]), snapshot_from_json(edges["after"]),
+    window = load_json(run / "server.json")["1"]
+    server = bucket_deltas(snapshot_from_json(window["before"]), snapshot_from_json(window["after"]),
                            level["server_latency"]["ttft"]["histogram"])
     assert server is not None
     client_ttft_s = [(r["start_ns"] + r["chunk_ns"][0] - (r["intended_ns"] or r["start_ns"])) / 1e9
@@ -836,10 +836,9 @@ def test_vllm_metrics_series_within_its_size_server_ttft_buckets_below_the_clien
     each of its percentiles' buckets starts at or below the client's; the engine's TTFT lies inside
     the client's for every request (the engine's clock starts when its API server has the request and
     stops when the token leaves the engine), so at every bucket edge the server counted at least as
-    many requests as the client did, and the server's p50 interpolated in its buckets is at most the
-    client's interpolated in the same buckets (none of this needs a quiet machine; the upper bound
-    of issue 31's line, a measured time, is the timing test in test_vllm_series.py); the scraper's
-    CPU is reported, no warning."""
+    many of the window's requests as the client did (none of this needs a quiet machine; issue 31's
+    line, compared in the server's buckets, with its upper bound, a measured time, is the timing test
+    in test_vllm_series.py); the scraper's CPU is reported, no warning."""
     got = series_run(servers.get("plain"), tmp_path)
     server, client, sc = got["server"], got["client"], got["level"]["server_scrape"]
     note(engine_logs, test="metrics_series", bytes=got["bytes"], scrapes=got["scrapes"],
@@ -855,7 +854,8 @@ def test_vllm_metrics_series_within_its_size_server_ttft_buckets_below_the_clien
     assert server["histogram"] == "vllm:time_to_first_token_seconds" and server["count"] == 40
     for q in ("p50", "p90", "p99"):
         assert server[q]["lo_ms"] <= client[q], (q, server[q], client[q])
+    # (with the same total on both sides, this dominance is what makes the server's p50 read in its
+    # buckets at most the client's read in the same buckets: the timing test asserts that comparison)
+    assert got["ttft_buckets"][-1][1] == got["ttft_buckets"][-1][2] == 40
     assert all(n_server >= n_client for _, n_server, n_client in got["ttft_buckets"]), got["ttft_buckets"]
-    server_p50, client_p50 = ttft_p50_through_the_servers_buckets(got["ttft_buckets"])
-    assert server_p50 <= client_p50, (server_p50, client_p50, got["ttft_buckets"])
     assert sc["cpu_s"] is not None and sc["cpu_s"] > 0 and sc["scrapes"] > 0 and not sc["warnings"]
