@@ -390,6 +390,10 @@ def main() -> None:
     ap.add_argument("--tokens-per-chunk", type=int, help="tokens per event (default 3; --burst: 1)")
     ap.add_argument("--step-ms", type=float, help="ms between writes of one stream (default 20; --burst: 8)")
     a = ap.parse_args()
+    if a.ray_only and not a.ray:
+        ap.error("--ray-only needs --ray ADDRESS")
+    if a.retries < 0:
+        ap.error("--retries: 0 or more")
     sc, cc = cpus(a.server_cpus), cpus(a.client_cpus)
     per_write = a.events_per_write or (4 if a.burst else 1)
     per_chunk = a.tokens_per_chunk or (1 if a.burst else 3)
@@ -399,8 +403,6 @@ def main() -> None:
           f"event source(s) {a.sources} on CPUs {sc}, loadgate on CPUs {cc}; a write every {step:g} ms per stream "
           f"carrying {per_write} event(s) of {per_chunk} token(s), 60 tokens per request, "
           f"{a.per_stream} requests per stream")
-    if a.ray_only and not a.ray:
-        ap.error("--ray-only needs --ray ADDRESS")
     if a.profile:
         for n in a.streams:
             r = one(n, a.workers[0], a.per_stream, a.sources, sc, cc, prof=True, shape=shape)

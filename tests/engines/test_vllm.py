@@ -791,7 +791,9 @@ def series_run(srv: Any, work: Path) -> dict[str, Any]:
     window's TTFT histogram as the server counted it beside the client's own TTFTs counted in the
     same buckets (`ttft_buckets`: (edge s, server's count <= edge, client's count <= edge), +Inf last)."""
     from loadgate.analysis.histograms import bucket_deltas
+    from loadgate.core.figures import figure
     from loadgate.core.series import SERIES_FILE, SeriesWriter, read_series
+    from loadgate.records import read_records
     from loadgate.snapshot import snapshot_from_json
 
     got = _body_run(srv, work, "series", load={"concurrency": 1, "warmup_requests": 2},
@@ -809,8 +811,9 @@ def series_run(srv: Any, work: Path) -> dict[str, Any]:
     server = bucket_deltas(snapshot_from_json(window["before"]), snapshot_from_json(window["after"]),
                            level["server_latency"]["ttft"]["histogram"])
     assert server is not None
-    client_ttft_s = [(r["start_ns"] + r["chunk_ns"][0] - (r["intended_ns"] or r["start_ns"])) / 1e9
-                     for r in got["records"] if not r["warmup"] and r["chunk_ns"]]
+    ttft = figure("ttft").samples  # loadgate's own definition, as its summary reads it
+    assert ttft is not None
+    client_ttft_s = [ms / 1e3 for r in read_records(run / "records.jsonl") for ms in ttft(r)]
     return {"code": got["code"], "verdict": got["verdict"], "series": series, "scrapes": len(scrapes), "bytes": size,
             "span_s": span_h * 3600, "window_s": got["summary"]["levels"]["1"]["throughput"]["window_s"],
             "mib_per_hour": (size - first.close()) / 2**20 / span_h, "level": level,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -258,16 +259,32 @@ worker.kill()
     assert got["worker"] == got["parent"], got
 
 
-def test_an_actor_draws_plan_indices_a_quarter_of_its_slots_at_a_time_and_each_once(monkeypatch):
-    """`LoadActor._relay` against a stand-in counter: every index of the plan reaches the workers once,
-    in order, with an index waiting for each slot from the start, and the counter is called once a
-    batch (a quarter of the slots) however slowly the slots free up, not once a request (40 slots,
-    400 requests a millisecond apart: at most 38 calls, where one a request would make ~360)."""
+def _relaying_actor(monkeypatch: pytest.MonkeyPatch, take: Any, *, workers: int, taken: int = 0,
+                    stop: Any = None) -> Any:
+    """A `LoadActor` with only what `_relay` uses: a stand-in counter whose `take.remote(m)` answers at
+    once (`ray.get` passes it through), the group's feed queue and `taken` semaphore, a stop flag."""
     import queue
     import threading
     import types
 
     from loadgate.load import ray_actor
+    from loadgate.load.executors import StopFlag
+
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(get=lambda x, timeout=None: x))
+    actor = object.__new__(ray_actor.LoadActor)
+    actor.counter = types.SimpleNamespace(take=types.SimpleNamespace(remote=take))
+    actor.group = types.SimpleNamespace(feed=queue.Queue(), taken=threading.Semaphore(taken),
+                                        stop=stop or (lambda: None))
+    actor.workers, actor.relay_stop, actor.relay_error, actor.stop_flag = workers, threading.Event(), None, StopFlag()
+    return actor
+
+
+def test_an_actor_draws_plan_indices_a_quarter_of_its_slots_at_a_time_and_each_once(monkeypatch):
+    """`LoadActor._relay` against a stand-in counter: every index of the plan reaches the workers once,
+    in order, with an index waiting for each slot from the start, and the counter is called once a
+    batch (a quarter of the slots) however slowly the slots free up, not once a request (40 slots,
+    400 requests a millisecond apart: at most 38 calls, where one a request would make ~360)."""
+    import threading
 
     calls: list[int] = []
     state = {"next": 0, "end": 400}
@@ -278,11 +295,7 @@ def test_an_actor_draws_plan_indices_a_quarter_of_its_slots_at_a_time_and_each_o
         state["next"] += len(got)
         return got
 
-    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(get=lambda x, timeout=None: x))
-    actor = object.__new__(ray_actor.LoadActor)
-    actor.counter = types.SimpleNamespace(take=types.SimpleNamespace(remote=take))
-    actor.group = types.SimpleNamespace(feed=queue.Queue(), taken=threading.Semaphore(0), stop=lambda: None)
-    actor.workers, actor.relay_stop, actor.relay_error = 1, threading.Event(), None
+    actor = _relaying_actor(monkeypatch, take, workers=1)
     depth, sent = 40, []
 
     def worker() -> None:  # a slot frees every millisecond and takes the next waiting index
@@ -303,12 +316,6 @@ def test_an_actor_whose_counter_fails_stops_its_phase_says_why_and_ends_every_wo
     """`LoadActor._relay` when the shared counter stops answering after its first draw: the indices
     drawn reach the workers, then the phase is stopped (stop flag set, the group told), the reason is
     kept for `poll`, and every worker gets its end mark."""
-    import queue
-    import threading
-    import types
-
-    from loadgate.load import ray_actor
-    from loadgate.load.executors import StopFlag
 
     def take(m: int) -> list[int]:
         if take.calls:  # type: ignore[attr-defined]
@@ -318,12 +325,7 @@ def test_an_actor_whose_counter_fails_stops_its_phase_says_why_and_ends_every_wo
 
     take.calls = 0  # type: ignore[attr-defined]
     stopped: list[bool] = []
-    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(get=lambda x, timeout=None: x))
-    actor = object.__new__(ray_actor.LoadActor)
-    actor.counter = types.SimpleNamespace(take=types.SimpleNamespace(remote=take))
-    actor.group = types.SimpleNamespace(feed=queue.Queue(), taken=threading.Semaphore(8),
-                                        stop=lambda: stopped.append(True))
-    actor.workers, actor.relay_stop, actor.relay_error, actor.stop_flag = 2, threading.Event(), None, StopFlag()
+    actor = _relaying_actor(monkeypatch, take, workers=2, taken=8, stop=lambda: stopped.append(True))
     actor._relay(8)
     got = [actor.group.feed.get_nowait() for _ in range(actor.group.feed.qsize())]
     assert got == [*range(8), None, None]
