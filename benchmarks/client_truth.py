@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import pstats
+import shutil
 import signal
 import subprocess
 import sys
@@ -162,7 +163,8 @@ class TreeCpu:
 
 
 def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: list[int], client_cpus: list[int],
-        prof: bool = False, shape: tuple[str, ...] = (), ray: str | None = None) -> dict[str, Any]:
+        prof: bool = False, shape: tuple[str, ...] = (), ray: str | None = None,
+        prof_out: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_p = Path(tmp)
         (tmp_p / "truth").mkdir()
@@ -257,6 +259,8 @@ def one(streams: int, workers: int, per_stream: int, sources: int, server_cpus: 
             buf = io.StringIO()
             pstats.Stats(str(tmp_p / "prof.out"), stream=buf).sort_stats("tottime").print_stats(24)
             out["profile"] = buf.getvalue()
+            if prof_out is not None:  # the whole profile, for pstats or snakeviz
+                shutil.copyfile(tmp_p / "prof.out", prof_out)
         return out
 
 
@@ -369,6 +373,8 @@ def main() -> None:
     ap.add_argument("--server-cpus", default="0")
     ap.add_argument("--client-cpus", default="1")
     ap.add_argument("--profile", action="store_true", help="profile the client (one run per configuration)")
+    ap.add_argument("--profile-out", type=Path, metavar="PATH",
+                    help="--profile: also keep each whole profile, as PATH with .STREAMS.prof for its suffix")
     ap.add_argument("--max-streams", type=int, default=8192, help="--scale: stop doubling here")
     ap.add_argument("--scale", action="store_true",
                     help="per worker count, double the streams until delay p99 > 1 ms; report the last rate, "
@@ -394,6 +400,8 @@ def main() -> None:
         ap.error("--ray-only needs --ray ADDRESS")
     if a.retries < 0:
         ap.error("--retries: 0 or more")
+    if a.profile_out is not None and not a.profile:
+        ap.error("--profile-out needs --profile")
     sc, cc = cpus(a.server_cpus), cpus(a.client_cpus)
     per_write = a.events_per_write or (4 if a.burst else 1)
     per_chunk = a.tokens_per_chunk or (1 if a.burst else 3)
@@ -405,7 +413,8 @@ def main() -> None:
           f"{a.per_stream} requests per stream")
     if a.profile:
         for n in a.streams:
-            r = one(n, a.workers[0], a.per_stream, a.sources, sc, cc, prof=True, shape=shape)
+            r = one(n, a.workers[0], a.per_stream, a.sources, sc, cc, prof=True, shape=shape,
+                    prof_out=None if a.profile_out is None else a.profile_out.with_suffix(f".{n}.prof"))
             show({**r, "reps": 1})
             print(r["profile"])
         return

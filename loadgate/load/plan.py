@@ -70,13 +70,16 @@ class PlannedRequest:
     session: tuple[int, int, int] | None = None  # a conversation's turn: (conversation, turn 1-based, turns)
     exchange: tuple[Part, ...] | None = None  # a conversation's history and new turn, sent as messages or text
     ramp: bool = False  # a request of the level's ramp (`load.ramp`), outside every figure
+    # a request whose body was built before the phase (`Plan.light`): its drawn prompt's length, the
+    # ids themselves not carried (no body can be built from it: `target.body_for` refuses it)
+    drawn_len: int | None = None
 
     @property
     def prompt_len(self) -> int | None:
         """Planned prompt tokens when known (ids, a trace's `input_len`, a dataset's count)."""
         if self.counted_len is not None:
             return self.counted_len
-        return None if self.prompt_ids is None else len(self.prompt_ids)
+        return self.drawn_len if self.prompt_ids is None else len(self.prompt_ids)
 
 
 class _Requests:
@@ -341,6 +344,22 @@ class Plan(Sequence[PlannedRequest]):
             return PlannedRequest(i, False, t.get("prompt_ids"), t["output_len"], off,
                                   t.get("prompt_text"), t.get("messages"), category=t.get("category"))
         return PlannedRequest(i, False, self.measured.prompt(k), int(self.measured.osl[k]), off)
+
+    def light(self, i: int) -> PlannedRequest:
+        """Request i as the receive loop needs it once its body is built (`load.workers.prebuild`):
+        `plan[i]` less a drawn prompt's ids, which only the body needs, with their count instead
+        (`drawn_len`). Drawing them again cost ~50 µs a request (a numpy generator seeded per
+        request) on the loop's thread, inside the measured window. Requests that are not drawn
+        (a dataset's, a trace's, a conversation's) are `plan[i]`, which costs no draw."""
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i < self.n_warmup:
+            return PlannedRequest(i, True, None, int(self.warm.osl[i]), drawn_len=int(self.warm.isl[i]))
+        k = i - self.n_warmup
+        if self.conversations or self.dataset is not None or self.trace is not None:
+            return self[i]
+        off = None if self.offsets is None else self.offsets[k]
+        return PlannedRequest(i, False, None, int(self.measured.osl[k]), off, drawn_len=int(self.measured.isl[k]))
 
     def trace_info(self) -> dict[str, Any] | None:
         """A timed trace's replay (meta.json's `trace`, `TraceRequests.info`); None otherwise."""

@@ -404,6 +404,8 @@ def decode(adapter: EngineAdapter, stream: bool, raw: Raw, max_event_bytes: int 
 
 
 def body_for(t: LiveTarget, req: PlannedRequest) -> bytes:
+    if req.drawn_len is not None:  # `Plan.light`: its prompt's ids were left out
+        raise ValueError(f"request {req.i} was planned without its prompt (Plan.light): its body is built from plan[i]")
     s = t.spec
     ids, text, messages = req.prompt_ids, req.prompt_text, req.messages
     if ids is not None and s.pool_text is not None:  # a text-only API: send the ids' exact text

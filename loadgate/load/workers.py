@@ -88,6 +88,11 @@ def prebuild(target: LiveTarget, plan: Plan, indices: Iterable[int], budget: int
     return out
 
 
+def sendable(target: LiveTarget, plan: Plan, k: int) -> PlannedRequest:
+    """Request k as the window sends it: without its drawn prompt when its body is built (`Plan.light`)."""
+    return plan.light(k) if k in target.bodies else plan[k]
+
+
 def prepare(target: LiveTarget, plan: Plan, indices: Iterable[int]) -> None:
     """Before a phase: its request bodies built, the heap collected and frozen (what exists now —
     plan, pools, bodies, modules — never needs scanning again). A worker does this before it says
@@ -126,13 +131,14 @@ async def _drive(target: LiveTarget, plan: Plan, phase: Phase, recorder: Recorde
                 lambda: None if (k := next_index()) is None else k - first)
         elif isinstance(phase.loop, Rate):
             await OpenLoop(phase.loop.per_s, start_ns or perf_counter_ns(), phase.loop.max_in_flight, stop,
-                           stop_flag).run(target, (plan[k] for k in phase.indices if mine(k)), recorder,
+                           stop_flag).run(target, (sendable(target, plan, k) for k in phase.indices if mine(k)),
+                                          recorder,
                                           run_tag=phase.run_tag, t0_ns=phase.t0_ns)
         else:
             def draw() -> Iterator[PlannedRequest]:
                 while next_index is not None and (k := next_index()) is not None:
-                    yield plan[k]
-            src = draw() if next_index is not None else (plan[k] for k in phase.indices if mine(k))
+                    yield sendable(target, plan, k)
+            src = draw() if next_index is not None else (sendable(target, plan, k) for k in phase.indices if mine(k))
             await ClosedLoop(concurrency or phase.loop.n, phase.loop.n, stop, stop_flag).run(
                 target, src, recorder, run_tag=phase.run_tag, t0_ns=phase.t0_ns)
         health = await monitor.stop()

@@ -123,3 +123,31 @@ def test_a_length_only_trace_draws_fresh_ids_per_round_and_a_text_trace_stays(tm
     a, b = build_plan(p, POOL, 0), build_plan(p, POOL, 1)
     assert len(a[0].prompt_ids) == len(b[0].prompt_ids) == 12 and a[0].prompt_ids != b[0].prompt_ids
     assert a[1].prompt_text == b[1].prompt_text == "hello there"
+
+
+def test_the_window_sends_built_bodies_without_drawing_their_prompts_again(monkeypatch):
+    """Once a request's body is built before the phase, the window takes `Plan.light`: what the record
+    needs (lengths, offsets, warmup) without the numpy draw of its ids; a request without a built body
+    is the whole `plan[k]`, and no body can be built from a light one."""
+    from loadgate.load import plan as plan_mod
+    from loadgate.load.target import LiveTarget, TargetSpec, body_for
+    from loadgate.load.workers import prebuild, sendable
+
+    p = build_plan(Profile(seed=3, workload=Workload(requests=12, shared_prefix=SharedPrefix(groups=2, prefix_len=4),
+                                                     input_len=Distribution(dist="uniform", min=2, max=30)),
+                           load=Load(rate=5.0, warmup_requests=3)), POOL)
+    t = LiveTarget(TargetSpec("http://127.0.0.1:1", "openai-completions", "m", 1.0), session=None)  # type: ignore[arg-type]
+    t.bodies = prebuild(t, p, [k for k in range(len(p)) if k != 7])
+    draws = []
+    real = plan_mod._Requests.prompt
+    monkeypatch.setattr(plan_mod._Requests, "prompt", lambda self, k: draws.append(k) or real(self, k))
+    sent = [sendable(t, p, k) for k in range(len(p))]
+    assert draws == [7 - 3]  # only the request whose body was not built (measured request 4)
+    full = [p[k] for k in range(len(p))]
+    for s, f in zip(sent, full, strict=True):
+        assert (s.i, s.warmup, s.prompt_len, s.output_len, s.intended_offset_ns, s.counted_len) == \
+               (f.i, f.warmup, f.prompt_len, f.output_len, f.intended_offset_ns, f.counted_len)
+    assert sent[7] == full[7] and sent[7].prompt_ids is not None and sent[0].prompt_ids is None
+    assert body_for(t, sent[7]) == body_for(t, full[7])
+    with pytest.raises(ValueError, match="without its prompt"):
+        body_for(t, sent[0])
