@@ -71,6 +71,14 @@ class SSEFramer:
             self._skip_lf = True
         if b"\r" in chunk:  # (a CR ending the previous read already ended its line: see _skip_lf)
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if (not self._partial and not self._data and not self._event and chunk.startswith(b"data:")
+                and chunk.find(b"\n") == len(chunk) - 2 and chunk.endswith(b"\n\n")):
+            # the usual read of a stream, one whole `data:` event: what `_line` makes of its two lines
+            value = chunk[6:-2] if chunk[5:6] == b" " else chunk[5:-2]
+            if len(value) + 1 > self.max_event:
+                raise EventTooLarge(f"an SSE event longer than {self.max_event:,} bytes (target.limits.max_event_mb)")
+            self.events.append(SSEEvent(t_ns, value, "message"))
+            return
         if b"\n" not in chunk:  # no line ends here: keep the piece, join it once the line ends
             self._partial.append(chunk)
             self._partial_len += len(chunk)

@@ -152,6 +152,19 @@ class ChunkWalker:
     def feed(self, data: bytes) -> list[bytes]:
         out: list[bytes] = []
         i, n = 0, len(data)
+        if self.state == 0 and not self.line and not self.done and (j := data.find(b"\n")) > 0:
+            # the first size line, as the loop below reads it; and the usual read of a stream, one
+            # whole chunk from a chunk boundary, ends here (a third of the walk's time per read)
+            size = _chunk_size(data[:j].rstrip(b"\r"))
+            if size and j + 3 + size == n:
+                if self.collect:
+                    out.append(data[j + 1:n - 2])
+                return out
+            if size == 0:
+                self.state = 2
+            else:
+                self.state, self.remaining = 1, size + 2
+            i = j + 1
         while i < n and not self.done:
             if self.state == 1:
                 take = min(self.remaining, n - i)

@@ -70,3 +70,35 @@ def test_round_trip_of_arbitrary_payloads_with_any_line_ending(payloads, eol):
     events, truncated = frame_sse([(0, stream)])
     assert [e.data.decode() for e in events] == payloads
     assert not truncated
+
+
+_EVENT = st.one_of(
+    st.binary(max_size=30).filter(lambda b: b"\n" not in b and b"\r" not in b).map(lambda b: b"data: " + b + b"\n\n"),
+    st.binary(max_size=30).filter(lambda b: b"\n" not in b and b"\r" not in b).map(lambda b: b"data:" + b + b"\n\n"),
+    st.just(b"event: usage\ndata: {}\n\n"), st.just(b"data: a\ndata: b\n\n"), st.just(b": keep-alive\n\n"),
+    st.just(b"data: cut"), st.just(b"\n\n"), st.just(b"data: x\r\n\r\n"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_EVENT, max_size=12))
+def test_a_read_of_one_whole_data_event_frames_as_its_lines_do(reads):
+    """The one-event read's shortcut gives what the line-by-line framing gives: each read fed as its
+    first byte and the rest, at its one time (which no shortcut takes), frames to the same events,
+    times and cuts."""
+    fast = [(k, r) for k, r in enumerate(reads)]
+    slow = [(k, part) for k, r in enumerate(reads) for part in (r[:1], r[1:])]
+    cut_fast: set[int] = set()
+    cut_slow: set[int] = set()
+    (ev_fast, tr_fast), (ev_slow, tr_slow) = frame_sse(fast, cut=cut_fast), frame_sse(slow, cut=cut_slow)
+    assert [(e.t_ns, e.data, e.event) for e in ev_fast] == [(e.t_ns, e.data, e.event) for e in ev_slow]
+    assert (tr_fast, cut_fast) == (tr_slow, cut_slow)
+
+
+def test_the_one_event_shortcut_keeps_the_event_limit():
+    import pytest
+
+    from loadgate.load.sse import EventTooLarge
+    f = SSEFramer(max_event_bytes=10)
+    f.feed(b"data: 123456789\n\n", 0)  # 9 bytes and the line end: at the limit
+    with pytest.raises(EventTooLarge):
+        f.feed(b"data: 1234567890\n\n", 1)

@@ -393,3 +393,31 @@ def test_a_connection_without_kernel_stamps_says_its_stamps_are_user_time(monkey
             return c.stamp_source
 
     assert asyncio.run(exchange()) == "user"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=300), max_size=12),
+       st.lists(st.sampled_from(["%x", "%X", "%04x", "%x;ext=1", "%x ", "-%x", "0x%x", "%x_"]), min_size=12, max_size=12),
+       st.booleans())
+def test_the_one_chunk_read_shortcut_walks_as_the_byte_by_byte_walk_does(pieces, sizes, collect):
+    """A read that is one whole chunk from a chunk boundary takes the walker's shortcut; fed one byte at a
+    time the same bytes take none: the same payload, the same end, the same refusals (a size line
+    that is not hex)."""
+    from loadgate.load.transport import ChunkWalker
+
+    reads = [(sizes[k] % len(p)).encode() + b"\r\n" + p + b"\r\n" for k, p in enumerate(pieces)] + [b"0\r\n\r\n"]
+
+    def walk(parts: list[bytes]) -> tuple[bytes, bool] | str:
+        w = ChunkWalker(collect)
+        out: list[bytes] = []
+        try:
+            for part in parts:
+                out += w.feed(part)
+        except Refused as e:
+            return e.kind
+        return b"".join(out), w.done
+
+    whole = b"".join(reads)
+    assert walk(reads) == walk([whole[k:k + 1] for k in range(len(whole))])
+    if all(s in ("%x", "%X", "%04x", "%x;ext=1", "%x ") for s in sizes[:len(pieces)]):
+        assert walk(reads) == ((b"".join(pieces) if collect else b""), True)

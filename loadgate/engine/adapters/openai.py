@@ -177,7 +177,8 @@ class _OpenAIBase(PromptTokenize):
             if isinstance(usage, dict):
                 if "prompt_tokens" in usage:
                     d.prompt_tokens = server_count(d, "prompt_tokens", usage["prompt_tokens"])
-                d.cached_tokens = _cached(usage) if _cached(usage) is not None else d.cached_tokens
+                cached = _cached(usage)
+                d.cached_tokens = cached if cached is not None else d.cached_tokens
                 ct = server_count(d, "completion_tokens", usage.get("completion_tokens"))
                 if ct is not None:
                     usage_delta = ct - last_completion
@@ -224,7 +225,8 @@ class _OpenAIBase(PromptTokenize):
                         n, source = (1 if piece else 0), "one_per_chunk"
                 # llama-server: a position without an entry is a placeholder (one token per event
                 # when the ids are not given)
-                self._positions(d, n if self.placeholder_zero else None, lps, tops)
+                if lps or self.placeholder_zero:
+                    self._positions(d, n if self.placeholder_zero else None, lps, tops)
                 if n > 0:
                     missing_ids = missing_ids or not ids
                     d.chunks.append(Chunk(t_ns, n, list(ids) if ids else None, kind,
