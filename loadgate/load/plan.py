@@ -350,15 +350,19 @@ class Plan(Sequence[PlannedRequest]):
         `plan[i]` less a drawn prompt's ids, which only the body needs, with their count instead
         (`drawn_len`). Drawing them again cost ~50 µs a request (a numpy generator seeded per
         request) on the loop's thread, inside the measured window. Requests that are not drawn
-        (a dataset's, a trace's, a conversation's) are `plan[i]`, which costs no draw."""
+        (a dataset's, a conversation's, a trace line's own ids or text) are as `plan[i]` gives them."""
         if not 0 <= i < len(self):
             raise IndexError(i)
         if i < self.n_warmup:
             return PlannedRequest(i, True, None, int(self.warm.osl[i]), drawn_len=int(self.warm.isl[i]))
         k = i - self.n_warmup
-        if self.conversations or self.dataset is not None or self.trace is not None:
+        if self.conversations or self.dataset is not None:
             return self[i]
         off = None if self.offsets is None else self.offsets[k]
+        if self.trace is not None:
+            t = self.trace.get(k, draw=False)
+            return PlannedRequest(i, False, t.get("prompt_ids"), t["output_len"], off, t.get("prompt_text"),
+                                  t.get("messages"), category=t.get("category"), drawn_len=t.get("drawn_len"))
         return PlannedRequest(i, False, None, int(self.measured.osl[k]), off, drawn_len=int(self.measured.isl[k]))
 
     def trace_info(self) -> dict[str, Any] | None:

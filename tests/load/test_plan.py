@@ -151,3 +151,27 @@ def test_the_window_sends_built_bodies_without_drawing_their_prompts_again(monke
     assert body_for(t, sent[7]) == body_for(t, full[7])
     with pytest.raises(ValueError, match="without its prompt"):
         body_for(t, sent[0])
+
+
+def test_a_trace_request_with_a_built_body_is_sent_without_drawing_its_tail(tmp_path, monkeypatch):
+    """A trace line that gives a length (and hash blocks) is drawn only for its body: `Plan.light` keeps
+    its count, category and offset; lines with their own ids or text come as they are."""
+    import numpy as np
+
+    from loadgate.load.target import LiveTarget, TargetSpec
+    from loadgate.load.workers import prebuild, sendable
+
+    t = tmp_path / "t.jsonl"
+    t.write_text('{"input_len": 12, "output_len": 4, "category": "a", "hash_ids": [1]}\n'
+                 '{"prompt_ids": [5, 6, 7], "output_len": 3}\n{"prompt": "hello there", "output_len": 4}\n')
+    p = build_plan(Profile(seed=1, workload=Workload(requests=3, trace=str(t)), load=Load(rate=2.0)), POOL)
+    target = LiveTarget(TargetSpec("http://127.0.0.1:1", "openai-completions", "m", 1.0), session=None)  # type: ignore[arg-type]
+    target.bodies = prebuild(target, p, range(len(p)))
+    draws = []
+    real = np.random.default_rng
+    monkeypatch.setattr(np.random, "default_rng", lambda *a, **k: draws.append(a) or real(*a, **k))
+    sent = [sendable(target, p, k) for k in range(len(p))]
+    assert draws == []
+    assert [(s.prompt_len, s.output_len, s.category, s.intended_offset_ns) for s in sent] == \
+           [(f.prompt_len, f.output_len, f.category, f.intended_offset_ns) for f in (p[k] for k in range(len(p)))]
+    assert sent[0].prompt_ids is None and sent[1].prompt_ids == (5, 6, 7) and sent[2].prompt_text == "hello there"

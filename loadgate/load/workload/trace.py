@@ -159,14 +159,17 @@ class TraceRequests:
         j = int(self.order[k]) if self.order is not None else k % len(self.lines)
         return j, self.parse(next(line for _, line in self.lines.raw({j})), self._where(j))
 
-    def get(self, k: int) -> dict[str, Any]:
-        """Request k of the plan: a dict of PlannedRequest's fields."""
+    def get(self, k: int, draw: bool = True) -> dict[str, Any]:
+        """Request k of the plan: a dict of PlannedRequest's fields. Without `draw`, a line that gives
+        only a length has its prompt's count (`drawn_len`) instead of drawn ids (`Plan.light`)."""
         import numpy as np
 
         j, obj = self._line(k)
         req: dict[str, Any] = {"output_len": obj["output_len"]}
         if "prompt_ids" in obj:
             req["prompt_ids"] = tuple(obj["prompt_ids"])
+        elif "input_len" in obj and not draw:
+            req["drawn_len"] = obj["input_len"]
         elif "input_len" in obj:
             n = obj["input_len"]
             rng = np.random.default_rng([self.seed, _TAIL_SALT, k] if not self.key else
