@@ -5,6 +5,7 @@
 # (the same two scripts on every side). Round k runs the trees in an order rotated by k, each once:
 # `client_truth.py --streams 256 --reps 1`, the event source pinned to CPU 0 and loadgate to CPU 1.
 # Needs the carried wheels installed (benchmarks/gpu/pipeline.sh's first step) on PYTHONPATH.
+# Medians and per-round ratios: python benchmarks/gpu/client_truth_pairs_summary.py OUTFILE NAME
 set -euo pipefail
 rounds=$1 out=$2
 shift 2
