@@ -645,9 +645,20 @@ def test_vllm_reasoning_parser_streams_a_reasoning_phase_whose_tokens_and_time_a
         assert ids[0] == start_id and end_id in ids, ids[:8]  # the reasoner's form: <think> first, closed
         between[f"ask{k}"] = ids.index(end_id) - 1
     m = got["summary"]["levels"]["2"]["metrics"]
+
+    def merged(r: dict[str, Any]) -> int:
+        """Tokens of the request's first chunk and of the chunks around its answer's start beyond one
+        each: vLLM merges steps into one event when its API server falls behind, and such an event's
+        ids cannot be told apart (a marker among them counts as reasoning, a split goes by the texts'
+        lengths: docs/workloads.md)."""
+        a = r["answer_chunk"]
+        return sum(r["chunk_tokens"][j] - 1 for j in {0, a - 1, a} if 0 <= j < len(r["chunk_tokens"]))
+
     note(engine_logs, test="reasoning", reasoning_tokens={c: r["reasoning_tokens"] for c, r in recs.items()},
-         between=between, ttft_p50=m["ttft"]["p50"], ttfa_p50=m["ttfa"]["p50"])
-    assert {c: r["reasoning_tokens"] for c, r in recs.items()} == between
+         between=between, merged={c: merged(r) for c, r in recs.items()}, ttft_p50=m["ttft"]["p50"],
+         ttfa_p50=m["ttfa"]["p50"])
+    for c, r in recs.items():  # exact where those events carried one token each
+        assert abs(r["reasoning_tokens"] - between[c]) <= merged(r), (c, r["reasoning_tokens"], between[c], merged(r))
     # the answer's first chunk comes after the first; a client held off its core for longer than the
     # thought (loop lag ~0.2 s beside vLLM on two cores) reads both in one read, at one kernel stamp
     assert all(r["answer_chunk"] > 0 and r["chunk_ns"][r["answer_chunk"]] >= r["chunk_ns"][0] for r in recs.values())
