@@ -12,21 +12,26 @@ import statistics
 import sys
 
 ROUND = re.compile(r"== (\S+) (\d+)")
-LINE = re.compile(r"stamp-uncertainty p99 ([0-9.]+) ms.*CPU ([0-9.]+) s/1000 ev \(window ([0-9.]+) \+ decoding "
+# (a run that kept no chunk prints `n/a` for the bound: counted as a run, left out of the bound's figures)
+LINE = re.compile(r"stamp-uncertainty p99 (n/a|[0-9.]+) ms.*CPU ([0-9.]+) s/1000 ev \(window ([0-9.]+) \+ decoding "
                   r"([0-9.]+)\)\s+verdict (\w+)")
 
 
-def read(path: str) -> dict[str, dict[int, tuple[float, float, float, float, bool]]]:
-    """tree -> round -> (bound p99 ms, CPU, window, decoding, INVALID)."""
-    runs: dict[str, dict[int, tuple[float, float, float, float, bool]]] = {}
+Run = tuple[float | None, float, float, float, bool]
+
+
+def read(path: str) -> dict[str, dict[int, Run]]:
+    """tree -> round -> (bound p99 ms or None, CPU, window, decoding, INVALID)."""
+    runs: dict[str, dict[int, Run]] = {}
     cur: tuple[str, int] | None = None
     with open(path) as f:
         for line in f:
             if m := ROUND.match(line):
                 cur = (m.group(1), int(m.group(2)))
             elif (m := LINE.search(line)) and cur is not None:
-                b, cpu, win, dec = (float(x) for x in m.groups()[:4])
-                runs.setdefault(cur[0], {})[cur[1]] = (b, cpu, win, dec, m.group(5) == "invalid")
+                b, cpu, win, dec = m.groups()[:4]
+                runs.setdefault(cur[0], {})[cur[1]] = (None if b == "n/a" else float(b), float(cpu), float(win),
+                                                       float(dec), m.group(5) == "invalid")
     return runs
 
 
@@ -39,9 +44,11 @@ def main() -> None:
     med = statistics.median
     for name, r in runs.items():
         v = list(r.values())
+        b = [x[0] for x in v if x[0] is not None]
+        bound = f"median {med(b):.3f} ms, max {max(b):.3f} ms" if b else "n/a"
         print(f"{name:8s} {len(v)} runs  CPU {med(x[1] for x in v):.4f}  window {med(x[2] for x in v):.4f}  "
-              f"decoding {med(x[3] for x in v):.4f}  stamp bound p99 median {med(x[0] for x in v):.3f} ms, "
-              f"max {max(x[0] for x in v):.3f} ms  INVALID {sum(x[4] for x in v)} of {len(v)}")
+              f"decoding {med(x[3] for x in v):.4f}  stamp bound p99 {bound}"
+              f"{f' ({len(v) - len(b)} runs without one)' if len(b) < len(v) else ''}  INVALID {sum(x[4] for x in v)} of {len(v)}")
     for name, r in runs.items():
         if name == ref:
             continue

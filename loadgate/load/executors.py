@@ -148,7 +148,8 @@ async def at_their_times(start_ns: int, jobs: Iterable[tuple[int, Callable[[int]
     earlier: its task is made `LEAD_NS` before and waits out the rest itself, so a task's first turn
     on a busy loop is not added to its lateness; with `max_in_flight`, a job that finds no free slot
     waits, and runs once it has one (the wait is in its lateness). A job due at or after `stop_at_ns`,
-    or after `stop`, is not run, even when its task was already made."""
+    or after `stop`, is not run, even when its task was already made; cancelled, it cancels the tasks it
+    made (one made ahead of its time would otherwise start after the phase)."""
     sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
     tasks: set[asyncio.Task[None]] = set()
 
@@ -164,15 +165,21 @@ async def at_their_times(start_ns: int, jobs: Iterable[tuple[int, Callable[[int]
             if sem is not None:
                 sem.release()
 
-    for offset, run in jobs:
-        intended = start_ns + offset
-        if (stop_at_ns is not None and intended >= stop_at_ns) or stop.is_set():
-            break
-        await sleep_until(intended - LEAD_NS, stop, precise=False)
-        if stop.is_set():
-            break
-        task = asyncio.create_task(one(run, intended))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+    try:
+        for offset, run in jobs:
+            intended = start_ns + offset
+            if (stop_at_ns is not None and intended >= stop_at_ns) or stop.is_set():
+                break
+            await sleep_until(intended - LEAD_NS, stop, precise=False)
+            if stop.is_set():
+                break
+            task = asyncio.create_task(one(run, intended))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    except BaseException:  # cancelled (a worker halted without the stop flag): no task made outlives it
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     if tasks:
         await asyncio.gather(*tasks)

@@ -70,3 +70,22 @@ def test_a_capped_loop_keeps_the_wait_for_a_slot_in_the_lateness(ran):
     asyncio.run(OpenLoop(1.0, start, max_in_flight=1).run(None, reqs([0, 1]), None, run_tag="t", t0_ns=0))  # type: ignore[arg-type]
     (_, r0, i0), (_, r1, i1) = ran
     assert r0 - i0 < 10 * MS and r1 - i1 >= 25 * MS  # the second waited for the first's 30 ms
+
+
+def test_a_cancelled_loop_leaves_no_task_of_its_own_to_start_after_it(ran, monkeypatch):
+    """A worker halted without the stop flag cancels the loop while a request's task, made ahead of its
+    time, still waits: that task goes with it instead of sending after the phase (where its body is gone)."""
+    monkeypatch.setattr(executors, "LEAD_NS", 200 * MS)  # the second task is made 200 ms before its time
+
+    async def go() -> None:
+        start = perf_counter_ns() + 20 * MS
+        task = asyncio.create_task(OpenLoop(1.0, start).run(None, reqs([0, 300, 5000]), None, run_tag="t", t0_ns=0))  # type: ignore[arg-type]
+        while perf_counter_ns() < start + 150 * MS:  # the second request's task is made, its time 150 ms off
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)  # past the second request's time
+
+    asyncio.run(go())
+    assert [i for i, _, _ in ran] == [0]

@@ -76,7 +76,8 @@ _EVENT = st.one_of(
     st.binary(max_size=30).filter(lambda b: b"\n" not in b and b"\r" not in b).map(lambda b: b"data: " + b + b"\n\n"),
     st.binary(max_size=30).filter(lambda b: b"\n" not in b and b"\r" not in b).map(lambda b: b"data:" + b + b"\n\n"),
     st.just(b"event: usage\ndata: {}\n\n"), st.just(b"data: a\ndata: b\n\n"), st.just(b": keep-alive\n\n"),
-    st.just(b"data: cut"), st.just(b"\n\n"), st.just(b"data: x\r\n\r\n"))
+    st.just(b"data: cut"), st.just(b"\n\n"), st.just(b"data: x\r\n\r\n"), st.just(b"event: e\n"),
+    st.just(b"data: a\n"), st.just(b"data: y\r"))
 
 
 @settings(max_examples=200, deadline=None)

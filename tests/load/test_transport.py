@@ -395,17 +395,22 @@ def test_a_connection_without_kernel_stamps_says_its_stamps_are_user_time(monkey
     assert asyncio.run(exchange()) == "user"
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.binary(min_size=1, max_size=300), max_size=12),
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.binary(min_size=1, max_size=300),  # and payloads with line ends and hex in them
+                          st.lists(st.sampled_from([b"\n", b"\r\n", b"1f", b"0\r\n", b"data: x"]), min_size=1,
+                                   max_size=12).map(b"".join)), max_size=12),
        st.lists(st.sampled_from(["%x", "%X", "%04x", "%x;ext=1", "%x ", "-%x", "0x%x", "%x_"]), min_size=12, max_size=12),
-       st.booleans())
-def test_the_one_chunk_read_shortcut_walks_as_the_byte_by_byte_walk_does(pieces, sizes, collect):
+       st.booleans(), st.lists(st.integers(1, 400), max_size=12), st.sampled_from([b"", b"0\r\n\r\n", b"5\r\nabcde\r\n"]))
+def test_the_one_chunk_read_shortcut_walks_as_the_byte_by_byte_walk_does(pieces, sizes, collect, cuts, after):
     """A read that is one whole chunk from a chunk boundary takes the walker's shortcut; fed one byte at a
     time the same bytes take none: the same payload, the same end, the same refusals (a size line
-    that is not hex)."""
+    that is not hex); so do reads cut anywhere else (inside a chunk, inside a size line, several chunks
+    at once), and bytes fed after the end."""
     from loadgate.load.transport import ChunkWalker
 
     reads = [(sizes[k] % len(p)).encode() + b"\r\n" + p + b"\r\n" for k, p in enumerate(pieces)] + [b"0\r\n\r\n"]
+    if after:
+        reads.append(after)
 
     def walk(parts: list[bytes]) -> tuple[bytes, bool] | str:
         w = ChunkWalker(collect)
@@ -418,6 +423,12 @@ def test_the_one_chunk_read_shortcut_walks_as_the_byte_by_byte_walk_does(pieces,
         return b"".join(out), w.done
 
     whole = b"".join(reads)
-    assert walk(reads) == walk([whole[k:k + 1] for k in range(len(whole))])
+    by_byte = walk([whole[k:k + 1] for k in range(len(whole))])
+    assert walk(reads) == by_byte
+    split, pos = [], 0
+    for c in cuts:
+        split.append(whole[pos:pos + c])
+        pos += c
+    assert walk([*split, whole[pos:]]) == by_byte
     if all(s in ("%x", "%X", "%04x", "%x;ext=1", "%x ") for s in sizes[:len(pieces)]):
         assert walk(reads) == ((b"".join(pieces) if collect else b""), True)
