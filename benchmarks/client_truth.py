@@ -402,6 +402,8 @@ def main() -> None:
         ap.error("--retries: 0 or more")
     if a.profile_out is not None and not a.profile:
         ap.error("--profile-out needs --profile")
+    if a.profile_out is not None and not a.profile_out.resolve().parent.is_dir():
+        ap.error(f"--profile-out: {a.profile_out.parent} is not a folder")
     sc, cc = cpus(a.server_cpus), cpus(a.client_cpus)
     per_write = a.events_per_write or (4 if a.burst else 1)
     per_chunk = a.tokens_per_chunk or (1 if a.burst else 3)

@@ -38,7 +38,10 @@ def read(path: str) -> dict[str, dict[int, Run]]:
 def main() -> None:
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    runs, ref = read(sys.argv[1]), sys.argv[2]
+    try:
+        runs, ref = read(sys.argv[1]), sys.argv[2]
+    except OSError as e:
+        sys.exit(f"{sys.argv[1]}: cannot read: {e.strerror or e}")
     if ref not in runs:
         sys.exit(f"{sys.argv[1]}: no runs of {ref} (trees: {', '.join(runs) or 'none'})")
     med = statistics.median

@@ -8,7 +8,7 @@ writes it: the client's TTFTs are counted in the server's buckets and interpolat
 are, since an interpolated percentile is known only to its bucket (seen twice here: the server's p50 read 12.96 and 14.72 ms in
 [10, 20] ms while the client's own p50 was 12.06 and 12.49 ms, though at every bucket edge the server
 counted as many requests as the client or more; counted in the same buckets, the client's p50 read
-15.13 ms beside the server's 14.72). The raw comparison is kept in the facts file.
+15.13 ms beside the server's 14.72).
 
 Why it failed for weeks on this 2-core machine (client TTFT p50 110-160 ms against the engine's
 12-17 ms, most replies arriving whole at their end): vLLM's engine core spin-waits on its worker with

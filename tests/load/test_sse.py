@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgate.load.sse import SSEFramer, frame_sse
+from loadgate.load.sse import EventTooLarge, SSEFramer, frame_sse
 from tests.fixtures_path import fixture_file
 
 
@@ -96,9 +97,6 @@ def test_a_read_of_one_whole_data_event_frames_as_its_lines_do(reads):
 
 
 def test_the_one_event_shortcut_keeps_the_event_limit():
-    import pytest
-
-    from loadgate.load.sse import EventTooLarge
     f = SSEFramer(max_event_bytes=10)
     f.feed(b"data: 123456789\n\n", 0)  # 9 bytes and the line end: at the limit
     with pytest.raises(EventTooLarge):
